@@ -1,0 +1,29 @@
+//! The inferlog event contract (SPEC §1) as code.
+//!
+//! Data flow: raw Kafka payload bytes → [`Contract::normalize`] →
+//! [`InferenceEvent`] (stored by ingest, archived by the compactor) or a
+//! [`Rejection`] (sent to the DLQ with its [`ReasonCode`]).
+//!
+//! - [`normalize`]: parsing, validation and normalization of one event.
+//! - [`event`]: the normalized event and the enums later stages share.
+//! - [`hash`]: keyed hashing of user ids.
+//! - [`contract`]: the field table, its JSON Schema and the compatibility check.
+//! - [`generate`]: realistic synthetic traffic for demos, tests and benchmarks.
+
+pub mod config;
+pub mod contract;
+pub mod error;
+pub mod event;
+pub mod generate;
+pub mod hash;
+pub mod normalize;
+pub mod pii;
+pub mod reason;
+pub mod timestamp;
+
+pub use config::{ContractConfig, ErrorDictionary};
+pub use error::{ErrorClass, SchemaError};
+pub use event::{ErrorStage, InferenceEvent, InputBucket, SCHEMA_VERSION};
+pub use hash::UserIdHasher;
+pub use normalize::{Contract, Normalized};
+pub use reason::{ReasonCode, Rejection};
