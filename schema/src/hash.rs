@@ -86,10 +86,14 @@ impl UserIdHasher {
         let mut mac = self.keyed.clone();
         mac.update(user_id.as_bytes());
         let digest = mac.finalize().into_bytes();
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = String::with_capacity(self.key_id.len() + 1 + 64);
         out.push_str(&self.key_id);
         out.push(':');
-        out.push_str(&hex::encode(digest));
+        for byte in digest {
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
         out
     }
 

@@ -124,7 +124,7 @@ impl Contract {
         let error_code = required(s.take(Slot::ErrorCode), Slot::ErrorCode, |g| {
             let code = integer(&g)?;
             let code = i32::try_from(code).ok().filter(|c| self.dictionary.get(*c).is_some()).ok_or_else(|| {
-                Rejection::new(ReasonCode::ErrorCodeUnknown, g.name.as_ref(), format!("{code} is not in the error dictionary"))
+                Rejection::new(ReasonCode::ErrorCodeUnknown, g.name, format!("{code} is not in the error dictionary"))
             })?;
             Ok(Some(code))
         })?;
@@ -135,7 +135,7 @@ impl Contract {
                     ErrorStage::parse(&stage).ok_or_else(|| {
                         Rejection::new(
                             ReasonCode::FieldFormat,
-                            g.name.as_ref(),
+                            g.name,
                             format!("{stage:?} is not one of gateway, queue, prefill, decode, postprocess"),
                         )
                     })
@@ -163,7 +163,7 @@ impl Contract {
         let request_type = optional(s.take(Slot::RequestType), |g| text(&g, 128))?;
         let gpu_id = optional(s.take(Slot::GpuId), |g| unsigned(&g, u32::MAX.into()).map(|v| Some(v as u32)))?;
         let batch_size = optional(s.take(Slot::BatchSize), |g| match unsigned(&g, u32::MAX.into())? {
-            0 => Err(Rejection::new(ReasonCode::FieldRange, g.name.as_ref(), "must be at least 1")),
+            0 => Err(Rejection::new(ReasonCode::FieldRange, g.name, "must be at least 1")),
             n => Ok(Some(n as u32)),
         })?;
         let cache_hit = optional(s.take(Slot::CacheHit), |g| boolean(&g).map(Some))?;
@@ -172,7 +172,7 @@ impl Contract {
             if n > u64::from(input_tokens) {
                 return Err(Rejection::new(
                     ReasonCode::FieldRange,
-                    g.name.as_ref(),
+                    g.name,
                     format!("{n} exceeds input_tokens ({input_tokens})"),
                 ));
             }
@@ -238,7 +238,7 @@ impl Contract {
     }
 
     fn timestamp(&self, g: &Given<'_>, now_ms: Option<i64>) -> Result<Option<i64>, Rejection> {
-        let name = g.name.as_ref();
+        let name = g.name;
         let ms = match &g.value {
             Raw::Str(s) => match parse_rfc3339_ms(s.trim()) {
                 Ok(ms) => ms,
@@ -366,33 +366,52 @@ pub const DURATIONS: [&str; 6] = ["queue_wait", "prefill_time", "decode_time", "
 /// that when several agree the most precise value is kept.
 pub const UNITS: [(&str, f64); 4] = [("ns", 1e-6), ("us", 1e-3), ("ms", 1.0), ("s", 1e3)];
 
+/// Every accepted duration key, `[duration][unit]` in `DURATIONS` × `UNITS` order.
+const DURATION_KEYS: [[&str; 4]; 6] = [
+    ["queue_wait_ns", "queue_wait_us", "queue_wait_ms", "queue_wait_s"],
+    ["prefill_time_ns", "prefill_time_us", "prefill_time_ms", "prefill_time_s"],
+    ["decode_time_ns", "decode_time_us", "decode_time_ms", "decode_time_s"],
+    ["total_latency_ns", "total_latency_us", "total_latency_ms", "total_latency_s"],
+    ["ttft_ns", "ttft_us", "ttft_ms", "ttft_s"],
+    ["tpot_ns", "tpot_us", "tpot_ms", "tpot_s"],
+];
+
+/// Where a key goes. Known keys carry their static spelling, so slots
+/// never hold a copy of the key.
 enum Key {
-    Field(Slot),
+    Field(Slot, &'static str),
     Duration(usize, usize),
     Dropped,
 }
 
 fn classify(key: &str) -> Key {
-    let slot = match key {
-        "request_id" | "gen_ai.response.id" => Slot::RequestId,
-        "timestamp" => Slot::Timestamp,
-        "model_name" | "gen_ai.request.model" => Slot::ModelName,
-        "model_version" => Slot::ModelVersion,
-        "input_tokens" | "gen_ai.usage.input_tokens" | "gen_ai.usage.prompt_tokens" => Slot::InputTokens,
-        "output_tokens" | "gen_ai.usage.output_tokens" | "gen_ai.usage.completion_tokens" => Slot::OutputTokens,
-        "error_code" => Slot::ErrorCode,
-        "error_stage" => Slot::ErrorStage,
-        "business_line" => Slot::BusinessLine,
-        "user_id" => Slot::UserId,
-        "tenant" => Slot::Tenant,
-        "session_id" => Slot::SessionId,
-        "request_type" => Slot::RequestType,
-        "gpu_id" => Slot::GpuId,
-        "batch_size" => Slot::BatchSize,
-        "cache_hit" => Slot::CacheHit,
-        "cache_prefix_tokens" | "gen_ai.usage.cache_read.input_tokens" => Slot::CachePrefixTokens,
-        "gpu_mem_peak_mb" => Slot::GpuMemPeakMb,
-        "truncated" => Slot::Truncated,
+    let (slot, name) = match key {
+        "request_id" => (Slot::RequestId, "request_id"),
+        "gen_ai.response.id" => (Slot::RequestId, "gen_ai.response.id"),
+        "timestamp" => (Slot::Timestamp, "timestamp"),
+        "model_name" => (Slot::ModelName, "model_name"),
+        "gen_ai.request.model" => (Slot::ModelName, "gen_ai.request.model"),
+        "model_version" => (Slot::ModelVersion, "model_version"),
+        "input_tokens" => (Slot::InputTokens, "input_tokens"),
+        "gen_ai.usage.input_tokens" => (Slot::InputTokens, "gen_ai.usage.input_tokens"),
+        "gen_ai.usage.prompt_tokens" => (Slot::InputTokens, "gen_ai.usage.prompt_tokens"),
+        "output_tokens" => (Slot::OutputTokens, "output_tokens"),
+        "gen_ai.usage.output_tokens" => (Slot::OutputTokens, "gen_ai.usage.output_tokens"),
+        "gen_ai.usage.completion_tokens" => (Slot::OutputTokens, "gen_ai.usage.completion_tokens"),
+        "error_code" => (Slot::ErrorCode, "error_code"),
+        "error_stage" => (Slot::ErrorStage, "error_stage"),
+        "business_line" => (Slot::BusinessLine, "business_line"),
+        "user_id" => (Slot::UserId, "user_id"),
+        "tenant" => (Slot::Tenant, "tenant"),
+        "session_id" => (Slot::SessionId, "session_id"),
+        "request_type" => (Slot::RequestType, "request_type"),
+        "gpu_id" => (Slot::GpuId, "gpu_id"),
+        "batch_size" => (Slot::BatchSize, "batch_size"),
+        "cache_hit" => (Slot::CacheHit, "cache_hit"),
+        "cache_prefix_tokens" => (Slot::CachePrefixTokens, "cache_prefix_tokens"),
+        "gen_ai.usage.cache_read.input_tokens" => (Slot::CachePrefixTokens, "gen_ai.usage.cache_read.input_tokens"),
+        "gpu_mem_peak_mb" => (Slot::GpuMemPeakMb, "gpu_mem_peak_mb"),
+        "truncated" => (Slot::Truncated, "truncated"),
         _ => {
             return key
                 .rsplit_once('_')
@@ -404,7 +423,7 @@ fn classify(key: &str) -> Key {
                 .unwrap_or(Key::Dropped)
         }
     };
-    Key::Field(slot)
+    Key::Field(slot, name)
 }
 
 /// One JSON value, borrowed from the input where it has no escapes.
@@ -527,7 +546,7 @@ impl<'de> Deserialize<'de> for KeyName<'de> {
 /// A value as given, with the name the producer used for it.
 #[derive(Debug)]
 struct Given<'a> {
-    name: Cow<'a, str>,
+    name: &'static str,
     value: Raw<'a>,
 }
 
@@ -571,13 +590,13 @@ impl<'a> Slots<'a> {
             }
             Some(first) if first.name == given.name => Err(Rejection::new(
                 ReasonCode::JsonMalformed,
-                given.name.as_ref(),
+                given.name,
                 "key given twice in one object (which one a reader keeps is undefined)",
             )),
             Some(first) if first.value.same_as(&given.value) => Ok(()),
             Some(first) => Err(Rejection::new(
                 ReasonCode::UnitsConflict,
-                first.name.as_ref(),
+                first.name,
                 format!("{} and {} name the same field with different values", first.name, given.name),
             )),
         }
@@ -586,7 +605,7 @@ impl<'a> Slots<'a> {
     /// One duration in ms from whichever units were given, with the name it
     /// came under; several units must agree within 0.5 ms + 0.1%.
     fn duration(&mut self, dur: usize) -> Result<Option<(f64, &'static str)>, Rejection> {
-        let mut chosen: Option<(f64, Cow<'a, str>)> = None;
+        let mut chosen: Option<(f64, &'static str)> = None;
         for (unit, slot) in self.durations[dur].iter_mut().enumerate() {
             let Some(given) = slot.take().filter(|g| g.value != Raw::Null) else { continue };
             let value = non_negative(&given)?;
@@ -597,7 +616,7 @@ impl<'a> Slots<'a> {
                     if (first_ms - ms).abs() > 0.5 + 0.001 * first_ms.max(ms) {
                         return Err(Rejection::new(
                             ReasonCode::UnitsConflict,
-                            first_name.as_ref(),
+                            *first_name,
                             format!("{first_name} = {first_ms} ms but {} = {ms} ms: the same duration given twice", given.name),
                         ));
                     }
@@ -621,19 +640,21 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(KeyName(key)) = map.next_key::<KeyName<'de>>()? {
-            self.current_key = Some(key.clone());
-            let target = match classify(&key) {
+            let (target, name) = match classify(&key) {
                 Key::Dropped => {
+                    self.current_key = Some(key);
                     map.next_value::<IgnoredAny>()?;
-                    self.dropped.push(key.into_owned());
-                    self.current_key = None;
+                    if let Some(key) = self.current_key.take() {
+                        self.dropped.push(key.into_owned());
+                    }
                     continue;
                 }
-                Key::Field(slot) => &mut self.fields[slot as usize],
-                Key::Duration(d, u) => &mut self.durations[d][u],
+                Key::Field(slot, name) => (&mut self.fields[slot as usize], name),
+                Key::Duration(d, u) => (&mut self.durations[d][u], DURATION_KEYS[d][u]),
             };
+            self.current_key = Some(Cow::Borrowed(name));
             let value = map.next_value::<Raw<'de>>()?;
-            if let Err(rejection) = Slots::put(target, Given { name: key, value }) {
+            if let Err(rejection) = Slots::put(target, Given { name, value }) {
                 self.rejection = Some(rejection);
                 return Err(de::Error::custom("rejected"));
             }
@@ -658,7 +679,7 @@ fn required<T>(
     match given {
         None => Err(Rejection::new(ReasonCode::FieldMissing, slot.canonical(), "is required")),
         Some(g) => {
-            let name = g.name.clone().into_owned();
+            let name = g.name;
             convert(g)?.ok_or_else(|| Rejection::new(ReasonCode::FieldMissing, name, "is required but empty"))
         }
     }
@@ -674,16 +695,23 @@ fn optional<T>(
 /// Trimmed text of at most `max_chars` characters, without control
 /// characters or personal data; `None` when empty after trimming.
 fn text(g: &Given<'_>, max_chars: usize) -> Result<Option<String>, Rejection> {
-    let name = g.name.as_ref();
+    let name = g.name;
     let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
-    if s.chars().any(char::is_control) {
+    // One pass over the bytes settles the common all-ASCII case; only
+    // non-ASCII text needs the per-character checks.
+    let (mut control, mut non_ascii) = (false, false);
+    for &c in s.as_bytes() {
+        control |= c < 0x20 || c == 0x7f;
+        non_ascii |= c >= 0x80;
+    }
+    if control || (non_ascii && s.chars().any(char::is_control)) {
         return Err(Rejection::new(ReasonCode::FieldFormat, name, "contains control characters"));
     }
-    let chars = s.chars().count();
+    let chars = if non_ascii { s.chars().count() } else { s.len() };
     if chars > max_chars {
         return Err(Rejection::new(ReasonCode::FieldRange, name, format!("is {chars} characters; at most {max_chars}")));
     }
@@ -694,7 +722,7 @@ fn text(g: &Given<'_>, max_chars: usize) -> Result<Option<String>, Rejection> {
 }
 
 fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
-    let name = g.name.as_ref();
+    let name = g.name;
     let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
     let s = s.trim();
     if s.is_empty() {
@@ -710,7 +738,7 @@ fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
 }
 
 fn user_id(g: &Given<'_>, hasher: Option<&UserIdHasher>) -> Result<Option<String>, Rejection> {
-    let name = g.name.as_ref();
+    let name = g.name;
     let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
     let s = s.trim();
     if s.is_empty() {
@@ -725,7 +753,7 @@ fn user_id(g: &Given<'_>, hasher: Option<&UserIdHasher>) -> Result<Option<String
 
 /// Any integer (a JSON number without a fraction; `5.0` counts).
 fn integer(g: &Given<'_>) -> Result<i128, Rejection> {
-    let name = g.name.as_ref();
+    let name = g.name;
     match g.value {
         Raw::Int(i) => Ok(i.into()),
         Raw::UInt(u) => Ok(u.into()),
@@ -739,19 +767,19 @@ fn integer(g: &Given<'_>) -> Result<i128, Rejection> {
 fn unsigned(g: &Given<'_>, max: u64) -> Result<u64, Rejection> {
     let v = integer(g)?;
     if v < 0 {
-        return Err(Rejection::new(ReasonCode::FieldRange, g.name.as_ref(), format!("must be ≥ 0, got {v}")));
+        return Err(Rejection::new(ReasonCode::FieldRange, g.name, format!("must be ≥ 0, got {v}")));
     }
     u64::try_from(v)
         .ok()
         .filter(|v| *v <= max)
-        .ok_or_else(|| Rejection::new(ReasonCode::FieldRange, g.name.as_ref(), format!("{v} exceeds the maximum {max}")))
+        .ok_or_else(|| Rejection::new(ReasonCode::FieldRange, g.name, format!("{v} exceeds the maximum {max}")))
 }
 
 /// A number ≥ 0; `-0` becomes `0`.
 fn non_negative(g: &Given<'_>) -> Result<f64, Rejection> {
-    let Some(v) = g.value.as_f64() else { return Err(type_error(g.name.as_ref(), "a number", &g.value)) };
+    let Some(v) = g.value.as_f64() else { return Err(type_error(g.name, "a number", &g.value)) };
     if v < 0.0 {
-        return Err(Rejection::new(ReasonCode::FieldRange, g.name.as_ref(), format!("must be ≥ 0, got {v}")));
+        return Err(Rejection::new(ReasonCode::FieldRange, g.name, format!("must be ≥ 0, got {v}")));
     }
     Ok(if v == 0.0 { 0.0 } else { v })
 }
@@ -759,6 +787,6 @@ fn non_negative(g: &Given<'_>) -> Result<f64, Rejection> {
 fn boolean(g: &Given<'_>) -> Result<bool, Rejection> {
     match g.value {
         Raw::Bool(b) => Ok(b),
-        ref other => Err(type_error(g.name.as_ref(), "true or false", other)),
+        ref other => Err(type_error(g.name, "true or false", other)),
     }
 }

@@ -26,9 +26,12 @@ impl PiiKind {
 /// Finds the first e-mail address or phone number in `text`.
 pub fn detect(text: &str) -> Option<PiiKind> {
     let b = text.as_bytes();
-    // Cheap pre-check: most values have neither '@' nor seven digits.
-    let has_at = b.contains(&b'@');
-    let digit_count = b.iter().filter(|c| c.is_ascii_digit()).count();
+    // Cheap pre-check in one pass: most values have neither '@' nor seven digits.
+    let (mut has_at, mut digit_count) = (false, 0usize);
+    for &c in b {
+        has_at |= c == b'@';
+        digit_count += usize::from(c.is_ascii_digit());
+    }
     if has_at && contains_email(b) {
         return Some(PiiKind::Email);
     }
@@ -70,25 +73,29 @@ fn contains_phone(b: &[u8]) -> bool {
     })
 }
 
-/// `+` followed by 8–15 digits, optionally grouped by single spaces, dots,
-/// hyphens or parentheses.
+/// `+` followed by 8–15 digits, optionally grouped by short runs (one or
+/// two characters) of spaces, dots, hyphens or parentheses.
 fn international_at(b: &[u8], start: usize) -> bool {
-    if b[start] != b'+' || !b.get(start + 1).is_some_and(u8::is_ascii_digit) {
-        return false;
-    }
+    let is_sep = |c: u8| matches!(c, b' ' | b'-' | b'.' | b'(' | b')');
     let mut digits = 0;
     let mut i = start + 1;
-    while i < b.len() {
-        let c = b[i];
-        if c.is_ascii_digit() {
-            digits += 1;
-        } else if matches!(c, b' ' | b'-' | b'.' | b'(' | b')') && b.get(i + 1).is_some_and(|n| n.is_ascii_digit() || *n == b'(') {
-        } else {
+    if b[start] != b'+' {
+        return false;
+    }
+    loop {
+        let run = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if run == 0 {
             break;
         }
-        i += 1;
+        digits += run;
+        i += run;
+        let seps = b[i..].iter().take_while(|&&c| is_sep(c)).count();
+        if seps == 0 || seps > 2 || !b.get(i + seps).is_some_and(u8::is_ascii_digit) {
+            break;
+        }
+        i += seps;
     }
-    let end_ok = i == b.len() || !b[i].is_ascii_alphanumeric();
+    let end_ok = b.get(i).is_none_or(|c| !c.is_ascii_alphanumeric());
     (8..=15).contains(&digits) && end_ok
 }
 
