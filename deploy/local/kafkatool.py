@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The independent Kafka client for tests, demos and benchmarks (confluent-kafka,
+a current librdkafka): create topics, produce JSONL files, and read topics back.
+
+Reading never trusts the broker's high watermark (tansu's can lag the real end
+of a partition): it reads until no message has arrived for --idle seconds.
+
+  kafkatool.py create-topics [--partitions N] TOPIC...
+  kafkatool.py produce --topic T FILE            one message per line, keyed by request_id
+  kafkatool.py read --topic T [--idle S]         prints one JSON object per message (headers, key, size)
+  kafkatool.py count --topic T [--idle S]        prints {"messages": N, "by_reason": {...}}
+"""
+import argparse
+import json
+import re
+import sys
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+BROKERS = "127.0.0.1:9092"
+REQUEST_ID = re.compile(rb'"request_id"\s*:\s*"([^"]{1,128})"')
+
+
+def brokers(args):
+    return args.brokers or BROKERS
+
+
+def create_topics(args):
+    admin = AdminClient({"bootstrap.servers": brokers(args)})
+    existing = set(admin.list_topics(timeout=10).topics)
+    wanted = [NewTopic(t, num_partitions=args.partitions, replication_factor=1) for t in args.topics if t not in existing]
+    if not wanted:
+        return
+    for topic, future in admin.create_topics(wanted).items():
+        try:
+            future.result()
+            print(f"created topic {topic} ({args.partitions} partitions)", file=sys.stderr)
+        except KafkaException as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise
+    # Metadata propagates asynchronously; wait until every topic is listed.
+    for _ in range(50):
+        if all(t in admin.list_topics(timeout=10).topics for t in args.topics):
+            return
+        time.sleep(0.2)
+
+
+def produce(args):
+    producer = Producer({
+        "bootstrap.servers": brokers(args),
+        "linger.ms": 20,
+        "batch.size": 1 << 20,
+        "compression.type": "none",
+        "acks": "all",
+        "queue.buffering.max.messages": 500000,
+    })
+    failures = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            failures.append(err)
+
+    sent = 0
+    with (sys.stdin.buffer if args.file == "-" else open(args.file, "rb")) as f:
+        for line in f:
+            line = line.rstrip(b"\n")
+            if not line:
+                continue
+            m = REQUEST_ID.search(line)
+            key = m.group(1) if m else None
+            while True:
+                try:
+                    producer.produce(args.topic, line, key=key, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+            if sent % 10000 == 0:
+                producer.poll(0)
+    remaining = producer.flush(120)
+    if remaining or failures:
+        print(f"produce failed: {remaining} undelivered, {len(failures)} errors: {failures[:3]}", file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps({"produced": sent}))
+
+
+def read_all(args):
+    consumer = Consumer({
+        "bootstrap.servers": brokers(args),
+        "group.id": f"kafkatool-{uuid.uuid4()}",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    consumer.subscribe([args.topic])
+    last = time.monotonic()
+    started = last
+    try:
+        while True:
+            msg = consumer.poll(0.5)
+            now = time.monotonic()
+            if msg is None:
+                # Before the first message, allow for the group join as well.
+                if now - last > args.idle and (now - started > args.idle + 10 or last != started):
+                    return
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            last = now
+            yield msg
+    finally:
+        consumer.close()
+
+
+def read(args):
+    for msg in read_all(args):
+        headers = {k: (v.decode("utf-8", "replace") if v is not None else None) for k, v in (msg.headers() or [])}
+        print(json.dumps({
+            "partition": msg.partition(), "offset": msg.offset(),
+            "key": msg.key().decode("utf-8", "replace") if msg.key() else None,
+            "bytes": len(msg.value() or b""), "headers": headers,
+            "value": (msg.value() or b"")[:args.value_bytes].decode("utf-8", "replace"),
+        }))
+
+
+def count(args):
+    total, by_reason = 0, {}
+    for msg in read_all(args):
+        total += 1
+        for k, v in msg.headers() or []:
+            if k == "inferlog.reason":
+                reason = v.decode()
+                by_reason[reason] = by_reason.get(reason, 0) + 1
+    print(json.dumps({"messages": total, "by_reason": by_reason}))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--brokers")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("create-topics")
+    c.add_argument("--partitions", type=int, default=8)
+    c.add_argument("topics", nargs="+")
+    c.set_defaults(func=create_topics)
+    c = sub.add_parser("produce")
+    c.add_argument("--topic", required=True)
+    c.add_argument("file")
+    c.set_defaults(func=produce)
+    for name, func in (("read", read), ("count", count)):
+        c = sub.add_parser(name)
+        c.add_argument("--topic", required=True)
+        c.add_argument("--idle", type=float, default=5.0)
+        c.add_argument("--value-bytes", type=int, default=0)
+        c.set_defaults(func=func)
+    args = p.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

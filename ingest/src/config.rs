@@ -1,0 +1,237 @@
+//! Configuration of `inferlog-ingest`: the `[kafka]`, `[clickhouse]` and
+//! `[ingest]` tables of the inferlog config file (plus `[schema]`, owned by
+//! the schema crate), with `INFERLOG_<TABLE>__<KEY>` overrides. Secrets
+//! (the ClickHouse password, the hash key) come from the environment or
+//! files, never from this file's values or the command line.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use inferlog_schema::config::{load_config_value, section};
+use inferlog_schema::ContractConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::error::IngestError;
+
+/// The `[kafka]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers. Default: "127.0.0.1:9092".
+    pub brokers: String,
+    /// Topics to consume. Default: ["inference-events"].
+    pub topics: Vec<String>,
+    /// Consumer group; replicas with the same group share the partitions. Default: "inferlog-ingest".
+    pub group_id: String,
+    /// Dead-letter topic for rejected messages. Default: "inference-events-dlq".
+    pub dlq_topic: String,
+    /// How long the group waits for a silent member before reassigning its partitions. Default: "10s".
+    #[serde(with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 32768.
+    pub prefetch_max_kbytes: u32,
+    /// Extra librdkafka properties for consumer and producer (e.g. security settings). Default: none.
+    pub options: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: "127.0.0.1:9092".into(),
+            topics: vec!["inference-events".into()],
+            group_id: "inferlog-ingest".into(),
+            dlq_topic: "inference-events-dlq".into(),
+            session_timeout: Duration::from_secs(10),
+            prefetch_max_kbytes: 32 * 1024,
+            options: BTreeMap::new(),
+        }
+    }
+}
+
+/// The `[clickhouse]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClickHouseConfig {
+    /// HTTP interface. Default: "http://127.0.0.1:8123".
+    pub url: String,
+    /// Database, created if missing. Default: "inferlog".
+    pub database: String,
+    /// Table of hot rows, created if missing. Default: "inference_logs".
+    pub table: String,
+    /// Table of rejected messages (reason, field, source offset), created if missing. Default: "inference_rejects".
+    pub rejects_table: String,
+    /// User. Default: "default". The password comes from INFERLOG_CLICKHOUSE_PASSWORD or `password_file`.
+    pub user: String,
+    /// File holding the password. Default: none.
+    pub password_file: Option<PathBuf>,
+    /// Timeout of one request. Default: "60s".
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ClickHouseConfig {
+    fn default() -> Self {
+        ClickHouseConfig {
+            url: "http://127.0.0.1:8123".into(),
+            database: "inferlog".into(),
+            table: "inference_logs".into(),
+            rejects_table: "inference_rejects".into(),
+            user: "default".into(),
+            password_file: None,
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Environment variable holding the ClickHouse password.
+pub const CLICKHOUSE_PASSWORD_ENV: &str = "INFERLOG_CLICKHOUSE_PASSWORD";
+
+impl ClickHouseConfig {
+    /// The password from `INFERLOG_CLICKHOUSE_PASSWORD`, else `password_file`, else none.
+    pub fn password(&self) -> Result<Option<String>, IngestError> {
+        if let Ok(p) = std::env::var(CLICKHOUSE_PASSWORD_ENV) {
+            return Ok(Some(p));
+        }
+        match &self.password_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map(|p| Some(p.trim_end_matches(['\n', '\r']).to_owned()))
+                .map_err(|e| IngestError::Config(format!("cannot read clickhouse.password_file {}: {e}", path.display()))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The `[ingest]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Flush when the batch holds this many rows and rejects. Default: 100000.
+    pub batch_max_rows: usize,
+    /// Flush when the batch holds this many payload bytes. Default: 33554432 (32 MiB).
+    pub batch_max_bytes: usize,
+    /// Flush a batch at the latest this long after its first message. Default: "2s".
+    #[serde(with = "humantime_serde")]
+    pub batch_max_age: Duration,
+    /// How many recent request ids are remembered to drop producer retries. Default: 1000000.
+    pub dedup_window: usize,
+    /// First retry delay after a failed insert or produce; doubles up to `retry_max_backoff`. Default: "200ms".
+    #[serde(with = "humantime_serde")]
+    pub retry_initial_backoff: Duration,
+    /// Longest retry delay. Default: "10s".
+    #[serde(with = "humantime_serde")]
+    pub retry_max_backoff: Duration,
+    /// On SIGTERM/SIGINT, how long the final flush and commit may take before exiting non-zero. Default: "30s".
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9464".
+    pub metrics_addr: String,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            batch_max_rows: 100_000,
+            batch_max_bytes: 32 * 1024 * 1024,
+            batch_max_age: Duration::from_secs(2),
+            dedup_window: 1_000_000,
+            retry_initial_backoff: Duration::from_millis(200),
+            retry_max_backoff: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(30),
+            metrics_addr: "127.0.0.1:9464".into(),
+        }
+    }
+}
+
+/// Everything `inferlog-ingest` reads from the config file, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub schema: ContractConfig,
+    pub kafka: KafkaConfig,
+    pub clickhouse: ClickHouseConfig,
+    pub ingest: IngestConfig,
+}
+
+fn identifier(value: &str, what: &str) -> Result<(), IngestError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        && !value.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(IngestError::Config(format!("{what} = {value:?} must be an identifier of [A-Za-z0-9_]")))
+    }
+}
+
+impl Config {
+    /// Loads the file, applies environment overrides and validates once.
+    pub fn load(path: &Path) -> Result<Config, IngestError> {
+        let root = load_config_value(Some(path), std::env::vars())?;
+        let config = Config {
+            schema: section(&root, "schema")?,
+            kafka: section(&root, "kafka")?,
+            clickhouse: section(&root, "clickhouse")?,
+            ingest: section(&root, "ingest")?,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), IngestError> {
+        self.schema.validate()?;
+        let k = &self.kafka;
+        if k.brokers.trim().is_empty() || k.topics.is_empty() || k.group_id.is_empty() || k.dlq_topic.is_empty() {
+            return Err(IngestError::Config("kafka.brokers, topics, group_id and dlq_topic must be set".into()));
+        }
+        if k.topics.contains(&k.dlq_topic) {
+            return Err(IngestError::Config("kafka.dlq_topic must not be one of kafka.topics".into()));
+        }
+        let c = &self.clickhouse;
+        identifier(&c.database, "clickhouse.database")?;
+        identifier(&c.table, "clickhouse.table")?;
+        identifier(&c.rejects_table, "clickhouse.rejects_table")?;
+        let i = &self.ingest;
+        // One INSERT must stay one ClickHouse block (max_insert_block_size,
+        // 1048576 rows) to be atomic.
+        if !(1..=1_000_000).contains(&i.batch_max_rows) {
+            return Err(IngestError::Config("ingest.batch_max_rows must be 1..=1000000".into()));
+        }
+        if i.batch_max_bytes < 1024 || i.batch_max_age.is_zero() || i.retry_initial_backoff.is_zero() {
+            return Err(IngestError::Config("ingest.batch_max_bytes >= 1024, batch_max_age and retry_initial_backoff > 0".into()));
+        }
+        if !i.metrics_addr.is_empty() {
+            i.metrics_addr
+                .parse::<SocketAddr>()
+                .map_err(|e| IngestError::Config(format!("ingest.metrics_addr {:?}: {e}", i.metrics_addr)))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_unknown_keys_are_refused() {
+        let config = Config {
+            schema: ContractConfig::default(),
+            kafka: KafkaConfig::default(),
+            clickhouse: ClickHouseConfig::default(),
+            ingest: IngestConfig::default(),
+        };
+        config.validate().expect("defaults are valid");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[ingest]\nbatch_max_rowz = 5\n").expect("write");
+        assert!(matches!(Config::load(&path), Err(IngestError::Config(_))));
+        std::fs::write(&path, "[clickhouse]\ntable = \"x; DROP\"\n").expect("write");
+        assert!(matches!(Config::load(&path), Err(IngestError::Config(_))));
+        std::fs::write(&path, "[kafka]\ntopics = [\"a\"]\ndlq_topic = \"a\"\n[compactor]\nanything = 1\n").expect("write");
+        assert!(matches!(Config::load(&path), Err(IngestError::Config(_))), "DLQ equal to a source topic");
+        std::fs::write(&path, "[ingest]\nbatch_max_age = \"500ms\"\n[compactor]\nanything = 1\n").expect("write");
+        assert_eq!(Config::load(&path).expect("other tables are other commands'").ingest.batch_max_age, Duration::from_millis(500));
+    }
+}

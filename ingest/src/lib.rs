@@ -1,0 +1,18 @@
+//! `inferlog-ingest`: Kafka → validate/normalize → ClickHouse, exactly once,
+//! with rejects to the DLQ. Stages, in data-flow order:
+//!
+//! [`source`] (Kafka consumer group) → [`pipeline`] (normalize with
+//! `inferlog-schema`, skip replays and retries) → [`batch`] (per-day
+//! batches) → [`clickhouse_sink`] (hot rows) and [`dlq`] (rejects) → commit.
+
+pub mod batch;
+pub mod clickhouse_sink;
+pub mod config;
+pub mod dlq;
+pub mod error;
+pub mod metrics;
+pub mod pipeline;
+pub mod source;
+
+pub use config::Config;
+pub use error::IngestError;

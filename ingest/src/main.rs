@@ -1,0 +1,84 @@
+//! `inferlog-ingest --config FILE [--exit-when-idle DURATION]`: the consumer
+//! daemon. Logs to stderr. Exit 0 after a clean shutdown (SIGTERM/SIGINT,
+//! or drained with --exit-when-idle), 2 on config or connection errors.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use inferlog_ingest::pipeline::{run, RunOptions};
+use inferlog_ingest::{metrics, Config};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+#[derive(Debug, Parser)]
+#[command(name = "inferlog-ingest", version, about = "Kafka to ClickHouse, exactly once; rejects to the DLQ")]
+struct Cli {
+    /// inferlog config file (TOML); INFERLOG_<TABLE>__<KEY> variables override it.
+    #[arg(long, env = "INFERLOG_CONFIG", value_name = "FILE")]
+    config: PathBuf,
+    /// Drain the topics, commit and exit after this long without new messages (e.g. "10s").
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    exit_when_idle: Option<Duration>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("INFERLOG_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let config = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid configuration");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the runtime");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(async move {
+        let (stop, shutdown) = watch::channel(false);
+        let metrics = metrics::Metrics::new();
+        if !config.ingest.metrics_addr.is_empty() {
+            let (addr, m, s) = (config.ingest.metrics_addr.clone(), metrics.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                if let Err(e) = metrics::serve(addr, m, s).await {
+                    tracing::error!(error = %e, "metrics server stopped");
+                }
+            });
+        }
+        tokio::spawn(async move {
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: stopping fetch, flushing, committing"),
+                _ = int.recv() => tracing::info!("SIGINT: stopping fetch, flushing, committing"),
+            }
+            let _ = stop.send(true);
+        });
+        match run(config, RunOptions { exit_when_idle: cli.exit_when_idle }, metrics, shutdown).await {
+            Ok(summary) => {
+                tracing::info!(
+                    messages = summary.messages,
+                    rows = summary.rows,
+                    rejects = summary.rejects,
+                    duplicates = summary.duplicates,
+                    "ingest stopped cleanly"
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "ingest failed");
+                ExitCode::from(2)
+            }
+        }
+    })
+}

@@ -1,0 +1,196 @@
+//! Internal events: one struct per thing that happens, each emitting its
+//! log line and updating its Prometheus metrics in one place (the Vector
+//! `internal_events` pattern), plus the `/metrics` and `/healthz` server.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::error::IngestError;
+
+/// Every ingest metric. Cloning shares the underlying counters.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    messages: IntCounterVec,
+    rows_inserted: IntCounter,
+    rejects: IntCounterVec,
+    dlq_produced: IntCounter,
+    duplicates: IntCounterVec,
+    dropped_fields: IntCounter,
+    batch_rows: Histogram,
+    flush_seconds: Histogram,
+    insert_errors: IntCounter,
+    consumer_lag: IntGaugeVec,
+    inflight_rows: IntGauge,
+    rebalances: IntCounterVec,
+    /// False while ClickHouse is failing; `/healthz` answers 503 then.
+    healthy: Arc<AtomicBool>,
+}
+
+fn must<T>(r: prometheus::Result<T>) -> T {
+    // Metric names and labels are constants: registration cannot fail.
+    r.unwrap_or_else(|e| panic!("metric registration: {e}"))
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = must(IntCounterVec::new(Opts::new(name, help), labels));
+            must(registry.register(Box::new(c.clone())));
+            c
+        };
+        let counter = |name: &str, help: &str| {
+            let c = must(IntCounter::new(name, help));
+            must(registry.register(Box::new(c.clone())));
+            c
+        };
+        let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
+            let h = must(Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)));
+            must(registry.register(Box::new(h.clone())));
+            h
+        };
+        let consumer_lag = must(IntGaugeVec::new(
+            Opts::new("inferlog_ingest_consumer_lag", "Messages behind the partition's high watermark (as the broker reports it)"),
+            &["topic", "partition"],
+        ));
+        must(registry.register(Box::new(consumer_lag.clone())));
+        let inflight_rows = must(IntGauge::new("inferlog_ingest_inflight_rows", "Rows and rejects buffered, not yet durable"));
+        must(registry.register(Box::new(inflight_rows.clone())));
+        Metrics {
+            messages: counter_vec("inferlog_ingest_messages_total", "Messages consumed", &["topic"]),
+            rows_inserted: counter("inferlog_ingest_rows_inserted_total", "Rows durable in ClickHouse"),
+            rejects: counter_vec("inferlog_ingest_rejects_total", "Messages rejected, by reason code", &["reason"]),
+            dlq_produced: counter("inferlog_ingest_dlq_produced_total", "Messages acknowledged by the DLQ topic"),
+            duplicates: counter_vec(
+                "inferlog_ingest_duplicates_total",
+                "Messages skipped as already stored: replayed offsets, or producer retries of a request_id",
+                &["kind"],
+            ),
+            dropped_fields: counter("inferlog_ingest_dropped_fields_total", "Unknown and prompt/completion fields dropped"),
+            batch_rows: histogram(
+                "inferlog_ingest_batch_rows",
+                "Rows and rejects per flushed batch",
+                vec![10.0, 100.0, 1_000.0, 10_000.0, 50_000.0, 100_000.0, 250_000.0, 1_000_000.0],
+            ),
+            flush_seconds: histogram(
+                "inferlog_ingest_flush_seconds",
+                "Time to make one batch durable and commit it",
+                vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+            ),
+            insert_errors: counter("inferlog_ingest_insert_errors_total", "Failed ClickHouse inserts (retried)"),
+            rebalances: counter_vec("inferlog_ingest_rebalances_total", "Partition assignments and revocations", &["kind"]),
+            consumer_lag,
+            inflight_rows,
+            healthy: Arc::new(AtomicBool::new(true)),
+            registry,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding gathered families into a Vec cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// A message arrived from the source topic.
+pub fn message_consumed(m: &Metrics, topic: &str) {
+    m.messages.with_label_values(&[topic]).inc();
+}
+
+/// Fields dropped from an accepted event (data minimisation).
+pub fn fields_dropped(m: &Metrics, count: usize) {
+    m.dropped_fields.inc_by(count as u64);
+}
+
+/// An event was rejected and will go to the DLQ.
+pub fn event_rejected(m: &Metrics, reason: &'static str) {
+    m.rejects.with_label_values(&[reason]).inc();
+}
+
+/// A message was skipped because it is already stored.
+pub fn duplicate_skipped(m: &Metrics, kind: &'static str) {
+    m.duplicates.with_label_values(&[kind]).inc();
+}
+
+pub fn inflight(m: &Metrics, rows: usize) {
+    m.inflight_rows.set(rows as i64);
+}
+
+/// A batch became durable and its offsets were committed.
+pub fn batch_flushed(m: &Metrics, rows: usize, rejects: usize, elapsed: Duration) {
+    m.rows_inserted.inc_by(rows as u64);
+    m.dlq_produced.inc_by(rejects as u64);
+    m.batch_rows.observe((rows + rejects) as f64);
+    m.flush_seconds.observe(elapsed.as_secs_f64());
+    m.healthy.store(true, Ordering::Relaxed);
+    tracing::debug!(rows, rejects, elapsed_ms = elapsed.as_millis() as u64, "batch flushed and committed");
+}
+
+/// A ClickHouse insert failed; it will be retried after `backoff`.
+pub fn insert_failed(m: &Metrics, error: &IngestError, attempt: u32, backoff: Duration) {
+    m.insert_errors.inc();
+    m.healthy.store(false, Ordering::Relaxed);
+    tracing::warn!(%error, attempt, backoff_ms = backoff.as_millis() as u64, "write failed; retrying");
+}
+
+/// The group assigned or revoked partitions.
+pub fn rebalanced(m: &Metrics, kind: &'static str, partitions: &[(String, i32)]) {
+    m.rebalances.with_label_values(&[kind]).inc();
+    if kind == "revoke" {
+        for (topic, partition) in partitions {
+            let _ = m.consumer_lag.remove_label_values(&[topic, &partition.to_string()]);
+        }
+    }
+    tracing::info!(kind, ?partitions, "rebalance");
+}
+
+pub fn consumer_lag(m: &Metrics, topic: &str, partition: i32, lag: i64) {
+    m.consumer_lag.with_label_values(&[topic, &partition.to_string()]).set(lag.max(0));
+}
+
+/// Serves `/metrics` (Prometheus text format) and `/healthz` until shutdown.
+pub async fn serve(addr: String, metrics: Metrics, mut shutdown: watch::Receiver<bool>) -> Result<(), IngestError> {
+    let listener = TcpListener::bind(&addr).await.map_err(|source| IngestError::Metrics { addr: addr.clone(), source })?;
+    tracing::info!(%addr, "serving /metrics and /healthz");
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return Ok(()),
+            accepted = listener.accept() => {
+                let Ok((mut stream, _)) = accepted else { continue };
+                let metrics = metrics.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let n = stream.read(&mut buf).await.unwrap_or(0);
+                    let request = String::from_utf8_lossy(&buf[..n]);
+                    let path = request.split_whitespace().nth(1).unwrap_or("/");
+                    let (status, body) = match path {
+                        "/metrics" => ("200 OK", metrics.render()),
+                        "/healthz" if metrics.healthy.load(Ordering::Relaxed) => ("200 OK", "ok\n".to_owned()),
+                        "/healthz" => ("503 Service Unavailable", "clickhouse writes failing\n".to_owned()),
+                        _ => ("404 Not Found", "not found\n".to_owned()),
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! The ingest loop. In: Kafka messages. Out: hot rows in ClickHouse, rejects
+//! in the DLQ, committed offsets. One batch at a time:
+//!
+//! 1. each message is validated and normalized (`inferlog-schema`); a
+//!    message whose offset is already stored (a replay after a crash or a
+//!    rebalance) or whose request_id was just stored (a producer retry) is
+//!    skipped;
+//! 2. when the batch is full or old, its rows are inserted one UTC day per
+//!    INSERT, its rejects produced to the DLQ and logged, and only then
+//!    are its offsets committed.
+//!
+//! While a batch is being written nothing new is fetched beyond librdkafka's
+//! bounded prefetch, so memory stays bounded however long ClickHouse is away.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use inferlog_schema::{Contract, UserIdHasher};
+use rdkafka::consumer::{CommitMode, Consumer as _};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::watch;
+
+use crate::batch::{fingerprint, Batch, PartitionKey, RecentIds};
+use crate::clickhouse_sink::{ClickHouseSink, HotRow, RejectRow};
+use crate::config::Config;
+use crate::dlq::{now_ms, Dlq, Reject};
+use crate::error::IngestError;
+use crate::metrics::{self, Metrics};
+use crate::source::{self, Consumer, RebalanceEvent, RebalanceLog};
+
+/// How the daemon should stop.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Drain, commit and exit after this long without a new message.
+    pub exit_when_idle: Option<Duration>,
+}
+
+/// What one run did, for the exit log line.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub messages: u64,
+    pub rows: u64,
+    pub rejects: u64,
+    pub duplicates: u64,
+}
+
+/// Per-partition state of the current assignment.
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// Offsets at or past the first one seen that are already stored.
+    replay: HashSet<i64>,
+}
+
+struct Pipeline {
+    config: Config,
+    contract: Contract,
+    hasher: UserIdHasher,
+    sink: ClickHouseSink,
+    dlq: Dlq,
+    consumer: Arc<Consumer>,
+    rebalances: Arc<RebalanceLog>,
+    metrics: Metrics,
+    partitions: HashMap<PartitionKey, PartitionState>,
+    topics: HashMap<String, Arc<str>>,
+    recent: RecentIds,
+    batch: Batch,
+    summary: Summary,
+    assigned_once: bool,
+    shutdown: watch::Receiver<bool>,
+    /// Set at SIGTERM: retries stop at this instant.
+    deadline: Option<Instant>,
+}
+
+/// Runs until `shutdown` flips to true (then flushes and commits) or, with
+/// `exit_when_idle`, until the topics are drained.
+pub async fn run(
+    config: Config,
+    options: RunOptions,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<Summary, IngestError> {
+    let contract = Contract::new(&config.schema)?;
+    let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
+    let sink = ClickHouseSink::new(&config.clickhouse)?;
+    let mut backoff = config.ingest.retry_initial_backoff;
+    let mut attempt = 0;
+    loop {
+        match sink.ensure_schema().await {
+            Ok(()) => break,
+            Err(e) => {
+                attempt += 1;
+                metrics::insert_failed(&metrics, &e, attempt, backoff);
+                tokio::select! {
+                    _ = shutdown.changed() => return Err(e),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(config.ingest.retry_max_backoff);
+            }
+        }
+    }
+    let (consumer, rebalances) = source::subscribe(&config.kafka)?;
+    let dlq = Dlq::new(&config.kafka)?;
+    let mut p = Pipeline {
+        recent: RecentIds::new(config.ingest.dedup_window),
+        config,
+        contract,
+        hasher,
+        sink,
+        dlq,
+        consumer,
+        rebalances,
+        metrics,
+        partitions: HashMap::new(),
+        topics: HashMap::new(),
+        batch: Batch::default(),
+        summary: Summary::default(),
+        assigned_once: false,
+        shutdown: shutdown.clone(),
+        deadline: None,
+    };
+    tracing::info!(topics = ?p.config.kafka.topics, group = %p.config.kafka.group_id, "ingest started");
+    let result = p.consume(&options, &mut shutdown).await;
+    if let Err(e) = result {
+        // Nothing more is committed: what was read is re-read on restart.
+        p.consumer.unsubscribe();
+        return Err(e);
+    }
+    // Stop fetching, then make what was read durable and commit it within
+    // the shutdown budget. Without the commit the messages are re-read.
+    p.deadline.get_or_insert_with(|| Instant::now() + p.config.ingest.shutdown_timeout);
+    let final_flush = p.flush().await;
+    p.dlq.flush(Duration::from_secs(5));
+    p.consumer.unsubscribe();
+    final_flush?;
+    Ok(p.summary)
+}
+
+impl Pipeline {
+    async fn consume(&mut self, options: &RunOptions, shutdown: &mut watch::Receiver<bool>) -> Result<(), IngestError> {
+        let started = Instant::now();
+        let mut last_message = Instant::now();
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        let mut lag_ticker = tokio::time::interval(Duration::from_secs(10));
+        let consumer = self.consumer.clone();
+        loop {
+            let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => return Ok(()),
+                _ = async { tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now).into()).await }, if flush_at.is_some() => {
+                    self.flush().await?;
+                }
+                message = consumer.recv() => {
+                    self.apply_rebalances();
+                    let message = message.map_err(|source| IngestError::Kafka { operation: "consume", source })?;
+                    last_message = Instant::now();
+                    self.handle(&message).await?;
+                    if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
+                        self.flush().await?;
+                    }
+                }
+                _ = ticker.tick() => {
+                    self.apply_rebalances();
+                    if let Some(idle) = options.exit_when_idle {
+                        // Idle counts from the first assignment (joining a group takes a while).
+                        let grace = if self.assigned_once { Duration::ZERO } else { Duration::from_secs(30) };
+                        if self.batch.is_empty() && last_message.elapsed() >= idle && started.elapsed() >= idle + grace {
+                            tracing::info!(idle = %humantime::format_duration(idle), "no new messages: drained");
+                            return Ok(());
+                        }
+                    }
+                }
+                _ = lag_ticker.tick() => self.report_lag().await,
+            }
+        }
+    }
+
+    fn apply_rebalances(&mut self) {
+        for event in self.rebalances.take() {
+            match event {
+                RebalanceEvent::Revoked(list) => {
+                    metrics::rebalanced(&self.metrics, "revoke", &list);
+                    self.batch.drop_partitions(&list);
+                    self.partitions.retain(|(t, p), _| !list.iter().any(|(rt, rp)| **t == **rt && p == rp));
+                }
+                RebalanceEvent::Assigned(list) => {
+                    metrics::rebalanced(&self.metrics, "assign", &list);
+                    self.assigned_once = true;
+                }
+            }
+        }
+        metrics::inflight(&self.metrics, self.batch.rows);
+    }
+
+    fn topic(&mut self, name: &str) -> Arc<str> {
+        if let Some(t) = self.topics.get(name) {
+            return t.clone();
+        }
+        let t: Arc<str> = Arc::from(name);
+        self.topics.insert(name.to_owned(), t.clone());
+        t
+    }
+
+    async fn handle(&mut self, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), IngestError> {
+        let topic = self.topic(message.topic());
+        let (partition, offset) = (message.partition(), message.offset());
+        let key: PartitionKey = (topic.clone(), partition);
+        self.summary.messages += 1;
+        metrics::message_consumed(&self.metrics, &topic);
+
+        if !self.partitions.contains_key(&key) {
+            // First message of this partition in this assignment: learn what
+            // a previous owner already stored past the committed offset.
+            let replay = self
+                .retry("replay filter", |sink| {
+                    let topic = topic.clone();
+                    async move { sink.stored_offsets(&topic, partition, offset).await }
+                })
+                .await?;
+            if !replay.is_empty() {
+                tracing::info!(%topic, partition, from = offset, already_stored = replay.len(), "replaying: skipping stored offsets");
+            }
+            self.partitions.insert(key.clone(), PartitionState { replay });
+        }
+        let state = self.partitions.get_mut(&key).map(|s| s.replay.remove(&offset)).unwrap_or(false);
+        if state {
+            metrics::duplicate_skipped(&self.metrics, "replay");
+            self.summary.duplicates += 1;
+            self.batch.push_skipped(key, offset);
+            return Ok(());
+        }
+
+        let payload = message.payload().unwrap_or_default();
+        let received_ms = now_ms();
+        match self.contract.normalize(payload, Some(received_ms), &self.hasher) {
+            Ok(normalized) => {
+                if !normalized.dropped_fields.is_empty() {
+                    metrics::fields_dropped(&self.metrics, normalized.dropped_fields.len());
+                }
+                let id = fingerprint(&normalized.event.request_id);
+                if self.recent.contains(id) || self.batch.request_ids.contains(&id) {
+                    metrics::duplicate_skipped(&self.metrics, "request_id");
+                    self.summary.duplicates += 1;
+                    self.batch.push_skipped(key, offset);
+                    return Ok(());
+                }
+                let row = HotRow::new(normalized.event, &topic, partition, offset, (received_ms / 1000) as u32);
+                self.batch.push_row(row, id, key, offset);
+            }
+            Err(rejection) => {
+                metrics::event_rejected(&self.metrics, rejection.reason.as_str());
+                let reject = Reject {
+                    payload: payload.to_vec(),
+                    key: message.key().map(<[u8]>::to_vec),
+                    rejection,
+                    topic,
+                    partition,
+                    offset,
+                    received_ms,
+                };
+                self.batch.push_reject(reject, key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sleeps one backoff step, or returns an error once a SIGTERM's
+    /// shutdown budget is spent (the daemon then exits without committing,
+    /// and the uncommitted messages are re-read on restart).
+    async fn backoff(&mut self, error: &IngestError, attempt: u32, backoff: Duration) -> Result<(), IngestError> {
+        metrics::insert_failed(&self.metrics, error, attempt, backoff);
+        if *self.shutdown.borrow() {
+            self.deadline.get_or_insert_with(|| Instant::now() + self.config.ingest.shutdown_timeout);
+        }
+        if let Some(deadline) = self.deadline {
+            if Instant::now() + backoff > deadline {
+                return Err(IngestError::ShutdownTimeout(self.config.ingest.shutdown_timeout));
+            }
+        }
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            // A SIGTERM cuts the wait short so the deadline starts now.
+            _ = shutdown.changed(), if self.deadline.is_none() => {}
+        }
+        Ok(())
+    }
+
+    /// Retries `op` with exponential backoff while its errors are transient.
+    async fn retry<T, F, Fut>(&mut self, what: &'static str, mut op: F) -> Result<T, IngestError>
+    where
+        F: FnMut(ClickHouseSink) -> Fut,
+        Fut: std::future::Future<Output = Result<T, IngestError>>,
+    {
+        let mut backoff = self.config.ingest.retry_initial_backoff;
+        let mut attempt = 0;
+        loop {
+            match op(self.sink.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.class() == inferlog_schema::ErrorClass::Retry => {
+                    attempt += 1;
+                    tracing::debug!(what, attempt, "retrying");
+                    self.backoff(&e, attempt, backoff).await?;
+                    backoff = (backoff * 2).min(self.config.ingest.retry_max_backoff);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Makes the batch durable (rows per day, then rejects to the DLQ and
+    /// their log), then commits its offsets.
+    async fn flush(&mut self) -> Result<(), IngestError> {
+        self.apply_rebalances();
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let batch = std::mem::take(&mut self.batch);
+        metrics::inflight(&self.metrics, batch.rows);
+        let mut rows = 0usize;
+        let batch = Arc::new(batch);
+        for day in batch.days.keys() {
+            let (b, day) = (batch.clone(), *day);
+            self.retry("insert rows", move |sink| {
+                let b = b.clone();
+                async move { sink.insert_rows(&b.days[&day]).await }
+            })
+            .await?;
+            rows += batch.days[&day].len();
+        }
+        if !batch.rejects.is_empty() {
+            let mut pending: Vec<&Reject> = batch.rejects.iter().collect();
+            let mut backoff = self.config.ingest.retry_initial_backoff;
+            let mut attempt = 0;
+            while !pending.is_empty() {
+                let owned: Vec<Reject> = pending.iter().map(|r| (*r).clone()).collect();
+                match self.dlq.send_all(&owned).await {
+                    Ok(()) => pending.clear(),
+                    Err((failed, error)) => {
+                        attempt += 1;
+                        let failed: HashSet<(i32, i64)> = failed.iter().map(|r| (r.partition, r.offset)).collect();
+                        pending.retain(|r| failed.contains(&(r.partition, r.offset)));
+                        self.backoff(&error, attempt, backoff).await?;
+                        backoff = (backoff * 2).min(self.config.ingest.retry_max_backoff);
+                    }
+                }
+            }
+            let log: Vec<RejectRow> = batch
+                .rejects
+                .iter()
+                .map(|r| RejectRow {
+                    day: r.received_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY) as u16,
+                    received_at: (r.received_ms / 1000) as u32,
+                    reason: r.rejection.reason.as_str(),
+                    field: r.rejection.field.clone(),
+                    message: r.rejection.message.clone(),
+                    kafka_topic: r.topic.to_string(),
+                    kafka_partition: r.partition as u16,
+                    kafka_offset: r.offset as u64,
+                    bytes: r.payload.len() as u32,
+                })
+                .collect();
+            let log = Arc::new(log);
+            self.retry("log rejects", move |sink| {
+                let log = log.clone();
+                async move { sink.insert_rejects(&log).await }
+            })
+            .await?;
+        }
+        self.commit(&batch);
+        self.recent.extend(batch.request_ids.iter().copied());
+        self.summary.rows += rows as u64;
+        self.summary.rejects += batch.rejects.len() as u64;
+        metrics::batch_flushed(&self.metrics, rows, batch.rejects.len(), started.elapsed());
+        metrics::inflight(&self.metrics, 0);
+        Ok(())
+    }
+
+    /// Commits offset + 1 of every partition in the batch. A failed commit
+    /// (say, during a rebalance) loses nothing: the rows are durable and a
+    /// replay skips them.
+    fn commit(&self, batch: &Batch) {
+        let mut tpl = TopicPartitionList::with_capacity(batch.offsets.len());
+        for ((topic, partition), offset) in &batch.offsets {
+            if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset + 1)) {
+                tracing::warn!(%topic, partition, error = %e, "cannot build commit");
+            }
+        }
+        if let Err(error) = self.consumer.commit(&tpl, CommitMode::Sync) {
+            tracing::warn!(%error, "offset commit failed; durable rows will be skipped on replay");
+        }
+    }
+
+    async fn report_lag(&self) {
+        let consumer = self.consumer.clone();
+        let metrics = self.metrics.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let Ok(assignment) = consumer.assignment() else { return };
+            let Ok(positions) = consumer.position() else { return };
+            for e in assignment.elements() {
+                let (topic, partition) = (e.topic(), e.partition());
+                let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
+                let position = positions
+                    .find_partition(topic, partition)
+                    .and_then(|p| p.offset().to_raw())
+                    .filter(|o| *o >= 0)
+                    .unwrap_or(high);
+                metrics::consumer_lag(&metrics, topic, partition, high - position);
+            }
+        })
+        .await;
+    }
+}
