@@ -11,6 +11,7 @@ of a partition): it reads until no message has arrived for --idle seconds.
   kafkatool.py count --topic T [--idle S]        prints {"messages": N, "by_reason": {...}}
 """
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -121,6 +122,7 @@ def read(args):
             "partition": msg.partition(), "offset": msg.offset(),
             "key": msg.key().decode("utf-8", "replace") if msg.key() else None,
             "bytes": len(msg.value() or b""), "headers": headers,
+            "sha256": hashlib.sha256(msg.value() or b"").hexdigest(),
             "value": (msg.value() or b"")[:args.value_bytes].decode("utf-8", "replace"),
         }))
 

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# The test command of README.md: every test of the workspace.
+# The test command of README.md: starts the local service stack (installing
+# what is missing), builds the binaries the integration tests run, then runs
+# every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo test --workspace --locked
+deploy/local/services.sh up
+cargo build --release --locked --bins
+INFERLOG_BIN_DIR="$PWD/target/release" cargo test --workspace --locked -- --test-threads 2

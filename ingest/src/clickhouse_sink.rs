@@ -282,14 +282,43 @@ impl ClickHouseSink {
         Ok(())
     }
 
-    /// Inserts rows of one UTC day as one INSERT (one part: atomic).
-    pub async fn insert_rows(&self, rows: &[HotRow]) -> Result<(), IngestError> {
+    /// Inserts rows of one UTC day as one INSERT (one part: atomic). A
+    /// retry first checks whether the earlier attempt landed after all (its
+    /// answer lost to a dropped connection): all of it did or none did.
+    pub async fn insert_rows(&self, rows: &[HotRow], retry: bool) -> Result<(), IngestError> {
         debug_assert!(rows.windows(2).all(|w| w[0].day == w[1].day), "one day per insert");
+        let Some(first) = rows.first() else { return Ok(()) };
+        if retry && self.has_offset(&self.table, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
+            tracing::info!(table = %self.table, rows = rows.len(), "an earlier attempt of this insert landed; not inserting again");
+            return Ok(());
+        }
         self.insert(&self.table, rows).await
     }
 
-    pub async fn insert_rejects(&self, rows: &[RejectRow]) -> Result<(), IngestError> {
+    /// Logs rejects, with the same landed-already check on retry.
+    pub async fn insert_rejects(&self, rows: &[RejectRow], retry: bool) -> Result<(), IngestError> {
+        let Some(first) = rows.first() else { return Ok(()) };
+        if retry && self.has_offset(&self.rejects_table, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
+            return Ok(());
+        }
         self.insert(&self.rejects_table, rows).await
+    }
+
+    async fn has_offset(&self, table: &str, topic: &str, partition: u16, offset: u64) -> Result<bool, IngestError> {
+        let sql = format!(
+            "SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ? LIMIT 1",
+            self.database
+        );
+        let rows = self
+            .client
+            .query(&sql)
+            .bind(topic)
+            .bind(partition)
+            .bind(offset)
+            .fetch_all::<OffsetRow>()
+            .await
+            .map_err(|e| self.error("landed-check query", table, e))?;
+        Ok(!rows.is_empty())
     }
 
     async fn insert<T: Row + Serialize + for<'a> clickhouse::RowWrite<Value<'a> = T> + 'static>(

@@ -15,6 +15,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::IngestError;
 
+/// How a replica gets its partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Assignment {
+    Group,
+    Static,
+}
+
 /// The `[kafka]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -25,6 +33,14 @@ pub struct KafkaConfig {
     pub topics: Vec<String>,
     /// Consumer group; replicas with the same group share the partitions. Default: "inferlog-ingest".
     pub group_id: String,
+    /// How partitions are shared between replicas: "group" (the consumer
+    /// group assigns them and rebalances when replicas come and go) or
+    /// "static" (this replica reads `partitions`, or every partition, with
+    /// offsets still committed under `group_id`; for brokers whose group
+    /// coordinator cannot be trusted to expire a crashed member). Default: "group".
+    pub assignment: Assignment,
+    /// With `assignment = "static"`: the partitions this replica reads; empty means all. Default: [].
+    pub partitions: Vec<i32>,
     /// Dead-letter topic for rejected messages. Default: "inference-events-dlq".
     pub dlq_topic: String,
     /// How long the group waits for a silent member before reassigning its partitions. Default: "10s".
@@ -42,6 +58,8 @@ impl Default for KafkaConfig {
             brokers: "127.0.0.1:9092".into(),
             topics: vec!["inference-events".into()],
             group_id: "inferlog-ingest".into(),
+            assignment: Assignment::Group,
+            partitions: Vec::new(),
             dlq_topic: "inference-events-dlq".into(),
             session_timeout: Duration::from_secs(10),
             prefetch_max_kbytes: 32 * 1024,

@@ -29,6 +29,7 @@ pub struct Metrics {
     consumer_lag: IntGaugeVec,
     inflight_rows: IntGauge,
     rebalances: IntCounterVec,
+    offset_gaps: IntCounterVec,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
 }
@@ -86,6 +87,11 @@ impl Metrics {
             ),
             insert_errors: counter("inferlog_ingest_insert_errors_total", "Failed ClickHouse inserts (retried)"),
             rebalances: counter_vec("inferlog_ingest_rebalances_total", "Partition assignments and revocations", &["kind"]),
+            offset_gaps: counter_vec(
+                "inferlog_ingest_offset_gaps_total",
+                "Offsets the broker skipped: rewound (re-read) or lost (gone from the broker)",
+                &["outcome"],
+            ),
             consumer_lag,
             inflight_rows,
             healthy: Arc::new(AtomicBool::new(true)),
@@ -157,6 +163,11 @@ pub fn rebalanced(m: &Metrics, kind: &'static str, partitions: &[(String, i32)])
         }
     }
     tracing::info!(kind, ?partitions, "rebalance");
+}
+
+/// The broker delivered an offset past the expected one.
+pub fn offset_gap(m: &Metrics, outcome: &'static str) {
+    m.offset_gaps.with_label_values(&[outcome]).inc();
 }
 
 pub fn consumer_lag(m: &Metrics, topic: &str, partition: i32, lag: i64) {

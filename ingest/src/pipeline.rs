@@ -49,9 +49,19 @@ pub struct Summary {
 /// Per-partition state of the current assignment.
 #[derive(Debug, Default)]
 struct PartitionState {
-    /// Offsets at or past the first one seen that are already stored.
+    /// Offsets at or past the committed one that are already stored.
     replay: HashSet<i64>,
+    /// The next offset this partition must deliver: the committed offset at
+    /// first, then the last handled offset + 1. Nothing is ever skipped.
+    expected: i64,
+    /// Lowest offset the broker still holds.
+    low_watermark: i64,
+    /// How far to seek back on the next gap (grows while a gap persists).
+    rewind: i64,
 }
+
+/// First rewind step when the broker skipped offsets.
+const FIRST_REWIND: i64 = 1024;
 
 struct Pipeline {
     config: Config,
@@ -207,25 +217,42 @@ impl Pipeline {
         let topic = self.topic(message.topic());
         let (partition, offset) = (message.partition(), message.offset());
         let key: PartitionKey = (topic.clone(), partition);
-        self.summary.messages += 1;
-        metrics::message_consumed(&self.metrics, &topic);
 
         if !self.partitions.contains_key(&key) {
-            // First message of this partition in this assignment: learn what
-            // a previous owner already stored past the committed offset.
-            let replay = self
-                .retry("replay filter", |sink| {
-                    let topic = topic.clone();
-                    async move { sink.stored_offsets(&topic, partition, offset).await }
-                })
-                .await?;
-            if !replay.is_empty() {
-                tracing::info!(%topic, partition, from = offset, already_stored = replay.len(), "replaying: skipping stored offsets");
-            }
-            self.partitions.insert(key.clone(), PartitionState { replay });
+            let state = self.start_partition(&topic, partition).await?;
+            self.partitions.insert(key.clone(), state);
         }
-        let state = self.partitions.get_mut(&key).map(|s| s.replay.remove(&offset)).unwrap_or(false);
-        if state {
+        let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
+        if offset < state.expected {
+            // Before the commit point: delivered again after a rewind.
+            return Ok(());
+        }
+        if offset > state.expected {
+            // The broker skipped offsets (seen with tansu 0.6.0: a fetch from
+            // the middle of a record batch starts at the next batch). Seek
+            // back to a batch start at or before the expected offset.
+            let (expected, low) = (state.expected, state.low_watermark);
+            if expected > low && state.rewind <= expected - low + FIRST_REWIND {
+                let to = (expected - state.rewind).max(low);
+                state.rewind = state.rewind.saturating_mul(4);
+                tracing::warn!(%topic, partition, expected, got = offset, seek_to = to, "broker skipped offsets; rewinding");
+                metrics::offset_gap(&self.metrics, "rewound");
+                let consumer = self.consumer.clone();
+                let t = topic.to_string();
+                let sought = tokio::task::spawn_blocking(move || consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10)))
+                    .await
+                    .map_err(|e| IngestError::Config(format!("seek task: {e}")))?;
+                sought.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
+                return Ok(());
+            }
+            tracing::error!(%topic, partition, expected, got = offset, "offsets are gone from the broker (retention or compaction); continuing");
+            metrics::offset_gap(&self.metrics, "lost");
+        }
+        state.expected = offset + 1;
+        state.rewind = FIRST_REWIND;
+        self.summary.messages += 1;
+        metrics::message_consumed(&self.metrics, &topic);
+        if state.replay.remove(&offset) {
             metrics::duplicate_skipped(&self.metrics, "replay");
             self.summary.duplicates += 1;
             self.batch.push_skipped(key, offset);
@@ -266,6 +293,37 @@ impl Pipeline {
         Ok(())
     }
 
+    /// State for a partition this member just got: the committed offset
+    /// (where reading must resume), the broker's low watermark, and which
+    /// offsets past the commit a previous owner already stored.
+    async fn start_partition(&mut self, topic: &Arc<str>, partition: i32) -> Result<PartitionState, IngestError> {
+        let consumer = self.consumer.clone();
+        let t = topic.to_string();
+        let positions = tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&t, partition);
+            let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+            let committed = committed.find_partition(&t, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
+            let (low, _high) = consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))?;
+            Ok::<_, rdkafka::error::KafkaError>((committed, low))
+        })
+        .await
+        .map_err(|e| IngestError::Config(format!("offset lookup task: {e}")))?
+        .map_err(|source| IngestError::Kafka { operation: "committed offset lookup", source })?;
+        let (committed, low) = positions;
+        let expected = committed.unwrap_or(low).max(low);
+        let replay = self
+            .retry("replay filter", |sink, _| {
+                let topic = topic.clone();
+                async move { sink.stored_offsets(&topic, partition, expected).await }
+            })
+            .await?;
+        if !replay.is_empty() {
+            tracing::info!(%topic, partition, from = expected, already_stored = replay.len(), "replaying: skipping stored offsets");
+        }
+        Ok(PartitionState { replay, expected, low_watermark: low, rewind: FIRST_REWIND })
+    }
+
     /// Sleeps one backoff step, or returns an error once a SIGTERM's
     /// shutdown budget is spent (the daemon then exits without committing,
     /// and the uncommitted messages are re-read on restart).
@@ -291,13 +349,13 @@ impl Pipeline {
     /// Retries `op` with exponential backoff while its errors are transient.
     async fn retry<T, F, Fut>(&mut self, what: &'static str, mut op: F) -> Result<T, IngestError>
     where
-        F: FnMut(ClickHouseSink) -> Fut,
+        F: FnMut(ClickHouseSink, bool) -> Fut,
         Fut: std::future::Future<Output = Result<T, IngestError>>,
     {
         let mut backoff = self.config.ingest.retry_initial_backoff;
         let mut attempt = 0;
         loop {
-            match op(self.sink.clone()).await {
+            match op(self.sink.clone(), attempt > 0).await {
                 Ok(v) => return Ok(v),
                 Err(e) if e.class() == inferlog_schema::ErrorClass::Retry => {
                     attempt += 1;
@@ -324,9 +382,9 @@ impl Pipeline {
         let batch = Arc::new(batch);
         for day in batch.days.keys() {
             let (b, day) = (batch.clone(), *day);
-            self.retry("insert rows", move |sink| {
+            self.retry("insert rows", move |sink, retry| {
                 let b = b.clone();
-                async move { sink.insert_rows(&b.days[&day]).await }
+                async move { sink.insert_rows(&b.days[&day], retry).await }
             })
             .await?;
             rows += batch.days[&day].len();
@@ -364,9 +422,9 @@ impl Pipeline {
                 })
                 .collect();
             let log = Arc::new(log);
-            self.retry("log rejects", move |sink| {
+            self.retry("log rejects", move |sink, retry| {
                 let log = log.clone();
-                async move { sink.insert_rejects(&log).await }
+                async move { sink.insert_rejects(&log, retry).await }
             })
             .await?;
         }

@@ -11,7 +11,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::ClientContext;
 
-use crate::config::KafkaConfig;
+use crate::config::{Assignment, KafkaConfig};
 use crate::error::IngestError;
 
 /// Partitions the group took from or gave to this member since the
@@ -94,10 +94,40 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<(Arc<Consumer>, Arc<RebalanceLog
         .set("queued.max.messages.kbytes", kafka.prefetch_max_kbytes.to_string())
         .set("fetch.max.bytes", (16 * 1024 * 1024).to_string())
         .set("max.partition.fetch.bytes", (4 * 1024 * 1024).to_string());
+
     let consumer: Consumer = config
         .create_with_context(context)
         .map_err(|source| IngestError::Kafka { operation: "create consumer", source })?;
-    let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
-    consumer.subscribe(&topics).map_err(|source| IngestError::Kafka { operation: "subscribe", source })?;
+    match kafka.assignment {
+        Assignment::Group => {
+            let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
+            consumer.subscribe(&topics).map_err(|source| IngestError::Kafka { operation: "subscribe", source })?;
+        }
+        Assignment::Static => {
+            // Resume every partition from its committed offset (librdkafka
+            // fetches it for Offset::Stored), earliest when none.
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            let mut assigned = Vec::new();
+            for topic in &kafka.topics {
+                let metadata = consumer
+                    .fetch_metadata(Some(topic), std::time::Duration::from_secs(10))
+                    .map_err(|source| IngestError::Kafka { operation: "fetch metadata", source })?;
+                for t in metadata.topics() {
+                    for p in t.partitions() {
+                        if kafka.partitions.is_empty() || kafka.partitions.contains(&p.id()) {
+                            tpl.add_partition_offset(topic, p.id(), rdkafka::Offset::Stored)
+                                .map_err(|source| IngestError::Kafka { operation: "assign", source })?;
+                            assigned.push((topic.clone(), p.id()));
+                        }
+                    }
+                }
+            }
+            if assigned.is_empty() {
+                return Err(IngestError::Config(format!("no partitions to read in {:?} (kafka.partitions = {:?})", kafka.topics, kafka.partitions)));
+            }
+            consumer.assign(&tpl).map_err(|source| IngestError::Kafka { operation: "assign", source })?;
+            rebalances.push(RebalanceEvent::Assigned(assigned));
+        }
+    }
     Ok((Arc::new(consumer), rebalances))
 }

@@ -1,1 +1,241 @@
-//! Shared helpers of the integration tests.
+//! Shared helpers of the integration tests. They talk to the real services
+//! that `deploy/local/services.sh up` starts (addresses from the
+//! environment, loopback by default), run the real binaries as child
+//! processes (so `kill -9` is a real crash), and use the independent
+//! Python Kafka client (`deploy/local/kafkatool.py`) to produce and read.
+//!
+//! Every test names its own topics, consumer group and tables, so tests can
+//! run in parallel against one stack.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use inferlog_schema::generate::{GeneratedEvent, Generator, GeneratorConfig};
+use inferlog_schema::ReasonCode;
+use sha2::{Digest, Sha256};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+pub fn clickhouse_url() -> String {
+    std::env::var("INFERLOG_TEST_CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into())
+}
+
+pub fn kafka_brokers() -> String {
+    std::env::var("INFERLOG_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+/// Where the binaries under test are (`deploy/local/test.sh` builds them in release).
+pub fn bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("INFERLOG_BIN_DIR").map_or_else(|| repo_root().join("target/release"), PathBuf::from);
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: build it first (deploy/local/test.sh does)", path.display());
+    path
+}
+
+/// A name no other test (or earlier run) uses: `prefix_<pid>_<ms>_<n>`.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis()) % 100_000_000;
+    format!("{prefix}_{}_{ms}_{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Generated events ending now (so they pass ingest's time bounds), over `days` ≤ 7.
+pub fn generate(count: usize, invalid_ratio: f64, seed: u64, days: u32) -> Vec<GeneratedEvent> {
+    // End a minute ago: nothing is "in the future" when ingest reads it.
+    let end_ms = now_ms() - 60_000;
+    Generator::new(GeneratorConfig { seed, days, end_ms, invalid_ratio }).take(count).collect()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Writes events as JSONL into `dir`, returns the path.
+pub fn write_jsonl(dir: &Path, events: &[GeneratedEvent]) -> PathBuf {
+    let path = dir.join("events.jsonl");
+    let mut bytes = Vec::with_capacity(events.len() * 600);
+    for e in events {
+        bytes.extend_from_slice(&e.line);
+        bytes.push(b'\n');
+    }
+    std::fs::write(&path, bytes).expect("write events");
+    path
+}
+
+fn kafkatool(args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .arg(repo_root().join("deploy/local/kafkatool.py"))
+        .arg("--brokers")
+        .arg(kafka_brokers())
+        .args(args)
+        .output()
+        .expect("run kafkatool.py");
+    assert!(out.status.success(), "kafkatool {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn create_topics(partitions: u32, topics: &[&str]) {
+    let mut args = vec!["create-topics", "--partitions"];
+    let p = partitions.to_string();
+    args.push(&p);
+    args.extend_from_slice(topics);
+    kafkatool(&args);
+}
+
+pub fn produce(topic: &str, file: &Path) {
+    kafkatool(&["produce", "--topic", topic, file.to_str().expect("utf-8 path")]);
+}
+
+/// Every message of a topic (read until idle, never by watermark).
+pub fn read_topic(topic: &str) -> Vec<serde_json::Value> {
+    kafkatool(&["read", "--topic", topic, "--idle", "4"])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("kafkatool prints JSON lines"))
+        .collect()
+}
+
+/// Runs a query on ClickHouse over HTTP and returns the trimmed TSV answer.
+pub fn clickhouse(sql: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "--data-binary", sql, &clickhouse_url()])
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "clickhouse {sql:?}: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+pub fn clickhouse_u64(sql: &str) -> u64 {
+    clickhouse(sql).parse().unwrap_or_else(|e| panic!("{sql}: not a number: {e}"))
+}
+
+/// The names one test uses, and the config file pointing at them.
+#[derive(Debug)]
+pub struct Scenario {
+    pub dir: tempfile::TempDir,
+    pub topic: String,
+    pub dlq: String,
+    pub group: String,
+    pub table: String,
+    pub rejects_table: String,
+    pub config: PathBuf,
+}
+
+impl Scenario {
+    /// Fresh topics (with `partitions`), group and tables, and a config file.
+    pub fn new(name: &str, partitions: u32, extra_ingest: &str) -> Scenario {
+        Scenario::with_kafka(name, partitions, "", extra_ingest)
+    }
+
+    /// Static partition assignment instead of the consumer group: for the
+    /// crash tests, because tansu 0.6.0 never expires a killed group member
+    /// (its partitions would stay with the dead process).
+    pub fn static_assignment(name: &str, partitions: u32, extra_ingest: &str) -> Scenario {
+        Scenario::with_kafka(name, partitions, "assignment = \"static\"\n", extra_ingest)
+    }
+
+    fn with_kafka(name: &str, partitions: u32, extra_kafka: &str, extra_ingest: &str) -> Scenario {
+        let default_age = if extra_ingest.contains("batch_max_age") { "" } else { "batch_max_age = \"1s\"\n" };
+        let id = unique(name);
+        let dir = tempfile::Builder::new().prefix(&format!("inferlog-{id}-")).tempdir().expect("temp dir");
+        let s = Scenario {
+            topic: format!("{id}-events"),
+            dlq: format!("{id}-dlq"),
+            group: format!("{id}-group"),
+            table: format!("{id}_logs"),
+            rejects_table: format!("{id}_rejects"),
+            config: dir.path().join("inferlog.toml"),
+            dir,
+        };
+        let toml = format!(
+            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\ngroup_id = \"{}\"\ndlq_topic = \"{}\"\nsession_timeout = \"6s\"\n{extra_kafka}\n\
+             [clickhouse]\nurl = \"{}\"\ndatabase = \"inferlog_test\"\ntable = \"{}\"\nrejects_table = \"{}\"\n\n\
+             [ingest]\nmetrics_addr = \"\"\nretry_max_backoff = \"2s\"\n{default_age}{extra_ingest}\n",
+            kafka_brokers(),
+            s.topic,
+            s.group,
+            s.dlq,
+            clickhouse_url(),
+            s.table,
+            s.rejects_table
+        );
+        std::fs::write(&s.config, toml).expect("write config");
+        std::fs::write(s.dir.path().join("hash.key"), "integration-test-hash-key-0123456789").expect("write key");
+        create_topics(partitions, &[&s.topic, &s.dlq]);
+        s
+    }
+
+    pub fn qualified_table(&self) -> String {
+        format!("inferlog_test.{}", self.table)
+    }
+
+    /// Starts `inferlog-ingest` on this scenario; stderr goes to `log`.
+    pub fn spawn_ingest(&self, exit_when_idle: Option<&str>, log: &str) -> Child {
+        self.spawn_ingest_with(exit_when_idle, log, &[])
+    }
+
+    /// Like [`Scenario::spawn_ingest`], with extra environment (config overrides).
+    pub fn spawn_ingest_with(&self, exit_when_idle: Option<&str>, log: &str, env: &[(&str, &str)]) -> Child {
+        let mut cmd = Command::new(bin("inferlog-ingest"));
+        cmd.envs(env.iter().copied());
+        cmd.arg("--config").arg(&self.config);
+        if let Some(idle) = exit_when_idle {
+            cmd.args(["--exit-when-idle", idle]);
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join(log)).expect("log file");
+        cmd.env("INFERLOG_HASH_KEY_FILE", self.dir.path().join("hash.key"))
+            .env_remove("INFERLOG_HASH_KEY")
+            .env_remove("INFERLOG_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(log);
+        cmd.spawn().expect("spawn inferlog-ingest")
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    /// Runs ingest until it drains the topic; asserts a clean exit.
+    pub fn drain(&self, log: &str) {
+        let status = self.spawn_ingest(Some("8s"), log).wait().expect("wait for ingest");
+        assert!(status.success(), "ingest exited with {status}: {}", self.log(log));
+    }
+
+    pub fn hot_count(&self) -> (u64, u64) {
+        let answer = clickhouse(&format!("SELECT count(), uniqExact(request_id) FROM {}", self.qualified_table()));
+        let mut parts = answer.split('\t').map(|p| p.parse::<u64>().expect("number"));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
+}
+
+/// Waits for `child` up to `limit`, killing it (and failing) past that.
+pub fn wait_with_limit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Expected reason by SHA-256 of the message bytes, for the invalid events.
+pub fn expected_reasons(events: &[GeneratedEvent]) -> HashMap<String, ReasonCode> {
+    events.iter().filter_map(|e| e.expected.map(|r| (sha256_hex(&e.line), r))).collect()
+}
+
+pub fn valid_count(events: &[GeneratedEvent]) -> usize {
+    events.iter().filter(|e| e.expected.is_none()).count()
+}

@@ -1,0 +1,147 @@
+//! `inferlog-ingest` against the real broker (tansu) and ClickHouse:
+//! reconciliation, DLQ reasons, producer retries, and two replicas with one
+//! killed. Each test has its own topics, group and tables.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use inferlog_tests::{clickhouse, clickhouse_u64, expected_reasons, generate, read_topic, valid_count, wait_with_limit, write_jsonl, Scenario};
+
+#[test]
+fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {
+    let s = Scenario::new("reconcile", 8, "");
+    let events = generate(100_000, 0.02, 101, 3);
+    let file = write_jsonl(s.dir.path(), &events);
+    inferlog_tests::produce(&s.topic, &file);
+    s.drain("ingest.log");
+
+    let valid = valid_count(&events) as u64;
+    let invalid = events.len() as u64 - valid;
+    assert_eq!(s.hot_count(), (valid, valid), "hot rows: count() and uniqExact(request_id)");
+
+    let dlq = read_topic(&s.dlq);
+    assert_eq!(dlq.len() as u64, invalid, "one DLQ message per rejected event");
+    assert_eq!(valid + dlq.len() as u64, events.len() as u64, "hot + DLQ = produced");
+    let expected = expected_reasons(&events);
+    let mut by_reason = BTreeMap::new();
+    let mut sources = HashSet::new();
+    for m in &dlq {
+        let h = &m["headers"];
+        let reason = h["inferlog.reason"].as_str().expect("reason header");
+        let want = expected.get(m["sha256"].as_str().expect("sha")).expect("DLQ holds the original bytes of a produced event");
+        assert_eq!(reason, want.as_str(), "{m}");
+        for header in ["inferlog.field", "inferlog.message", "inferlog.source.partition", "inferlog.time"] {
+            assert!(h[header].is_string(), "{header} missing in {m}");
+        }
+        assert_eq!(h["inferlog.source.topic"], s.topic.as_str());
+        assert!(sources.insert((h["inferlog.source.partition"].to_string(), h["inferlog.source.offset"].to_string())));
+        *by_reason.entry(reason.to_owned()).or_insert(0) += 1;
+    }
+    assert_eq!(by_reason.len(), 14, "every reason code is exercised: {by_reason:?}");
+
+    // The rejects are queryable in ClickHouse too, by reason.
+    let logged = clickhouse_u64(&format!("SELECT count() FROM inferlog_test.{}", s.rejects_table));
+    assert_eq!(logged, invalid);
+
+    // No user id in clear: every stored value is `<key id>:<64 hex>`, and no
+    // text column holds a generated plaintext id (`u-` and six digits).
+    let t = s.qualified_table();
+    assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE user_id_hash IS NOT NULL AND NOT match(user_id_hash, '^[0-9a-f]{{8}}:[0-9a-f]{{64}}$')")), 0);
+    assert!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE user_id_hash IS NOT NULL")) > valid / 2);
+    let text = "concat(request_id, business_line, model_name, model_version, ifNull(tenant, ''), ifNull(session_id, ''), ifNull(request_type, ''), ifNull(user_id_hash, ''))";
+    assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE match({text}, 'u-[0-9]{{6}}')")), 0);
+    assert_eq!(clickhouse_u64(&format!("SELECT count() FROM inferlog_test.{} WHERE match(message, 'u-[0-9]{{6}}')", s.rejects_table)), 0);
+
+    // Rows land in their UTC day's partition.
+    let days = clickhouse_u64(&format!("SELECT uniqExact(_partition_id) FROM {t}"));
+    assert!(days >= 3, "partitioned by day: {days}");
+    assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE toDate(event_time) != day AND toDateTime(toDate(event_time)) = toDateTime(day)")), 0);
+}
+
+#[test]
+fn a_request_id_produced_twice_is_stored_once() {
+    // Small batches: the retry usually lands in a later batch than the original.
+    let s = Scenario::new("retries", 4, "batch_max_rows = 100\n");
+    let mut events = generate(2_000, 0.0, 202, 2);
+    let retries: Vec<_> = events.iter().step_by(13).cloned().collect();
+    events.extend(retries.iter().cloned());
+    let file = write_jsonl(s.dir.path(), &events);
+    inferlog_tests::produce(&s.topic, &file);
+    s.drain("ingest.log");
+    assert_eq!(s.hot_count(), (2_000, 2_000));
+    assert!(read_topic(&s.dlq).is_empty(), "a retry is not an error");
+    assert!(!retries.is_empty());
+}
+
+/// Ignored on the local stack: tansu 0.6.0 never evicts a group member that
+/// was killed (seen: its partitions stayed assigned to the dead member for
+/// 4 minutes, across rebalances, with session.timeout.ms = 6000), so the
+/// survivor never gets them. Against Apache Kafka or Redpanda, run it with
+/// `cargo test -p inferlog-tests --test ingest -- --ignored`.
+#[test]
+#[ignore = "tansu 0.6.0 does not expire killed group members; see the doc comment"]
+fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
+    let s = Scenario::new("replicas", 8, "batch_max_rows = 5000\n");
+    let events = generate(100_000, 0.01, 303, 3);
+    let file = write_jsonl(s.dir.path(), &events);
+    let valid = valid_count(&events) as u64;
+
+    // Both replicas join the group first, so the partitions are shared.
+    let mut a = s.spawn_ingest(None, "a.log");
+    let mut b = s.spawn_ingest(None, "b.log");
+    let start = Instant::now();
+    while !(s.log("a.log").contains("\"assign\"") && s.log("b.log").contains("\"assign\"")) {
+        assert!(start.elapsed() < Duration::from_secs(90), "both replicas get partitions: {}\n{}", s.log("a.log"), s.log("b.log"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    inferlog_tests::produce(&s.topic, &file);
+    // kill -9 replica A while both are writing.
+    while s.hot_count().0 < valid / 4 && start.elapsed() < Duration::from_secs(180) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    a.kill().expect("kill -9 replica A");
+    let _ = a.wait();
+    let rows_at_kill = s.hot_count().0;
+    // B takes over A's partitions once the group expires A, and re-reads
+    // them from A's last commit, skipping what A had already stored.
+    let killed = Instant::now();
+    while s.hot_count().0 < valid && killed.elapsed() < Duration::from_secs(180) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Graceful stop: SIGTERM flushes, commits and exits 0.
+    let term = std::process::Command::new("kill").args(["-TERM", &b.id().to_string()]).status().expect("kill -TERM");
+    assert!(term.success());
+    let status = wait_with_limit(&mut b, Duration::from_secs(60));
+    let b_log = s.log("b.log");
+    assert!(status.success(), "replica B: {b_log}");
+    assert!(rows_at_kill < valid, "A was killed mid-run");
+    assert!(b_log.matches("\"assign\"").count() >= 2, "B was assigned A's partitions: {b_log}");
+    assert_eq!(s.hot_count(), (valid, valid), "A: {}\nB: {b_log}", s.log("a.log"));
+    assert_eq!(read_topic(&s.dlq).len() as u64, events.len() as u64 - valid);
+}
+
+#[test]
+fn sigterm_flushes_commits_and_exits_zero() {
+    let s = Scenario::static_assignment("sigterm", 4, "batch_max_age = \"30s\"\n");
+    let events = generate(5_000, 0.0, 606, 2);
+    let file = write_jsonl(s.dir.path(), &events);
+    inferlog_tests::produce(&s.topic, &file);
+    // A 30 s batch age: everything read is still buffered when SIGTERM comes.
+    let mut child = s.spawn_ingest(None, "ingest.log");
+    let start = Instant::now();
+    while !s.log("ingest.log").contains("\"assign\"") {
+        assert!(start.elapsed() < Duration::from_secs(60), "no assignment: {}", s.log("ingest.log"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(s.hot_count().0, 0, "nothing flushed before the signal");
+    let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
+    assert!(term.success());
+    let status = wait_with_limit(&mut child, Duration::from_secs(30));
+    assert!(status.success(), "{}", s.log("ingest.log"));
+    assert_eq!(s.hot_count(), (5_000, 5_000), "the final flush wrote everything read");
+    // The commit happened: a new run finds nothing left to do.
+    s.drain("again.log");
+    assert_eq!(s.hot_count(), (5_000, 5_000));
+    assert!(s.log("again.log").contains("messages=0"), "{}", s.log("again.log"));
+}
