@@ -46,6 +46,11 @@ pub struct KafkaConfig {
     /// How long the group waits for a silent member before reassigning its partitions. Default: "10s".
     #[serde(with = "humantime_serde")]
     pub session_timeout: Duration,
+    /// Longest a fetch waits at the broker for more data (librdkafka
+    /// `fetch.wait.max.ms`). Short, because some brokers (tansu) always
+    /// wait the full time. Default: "20ms".
+    #[serde(with = "humantime_serde")]
+    pub fetch_max_wait: Duration,
     /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 32768.
     pub prefetch_max_kbytes: u32,
     /// Extra librdkafka properties for consumer and producer (e.g. security settings). Default: none.
@@ -62,6 +67,7 @@ impl Default for KafkaConfig {
             partitions: Vec::new(),
             dlq_topic: "inference-events-dlq".into(),
             session_timeout: Duration::from_secs(10),
+            fetch_max_wait: Duration::from_millis(20),
             prefetch_max_kbytes: 32 * 1024,
             options: BTreeMap::new(),
         }
@@ -129,7 +135,7 @@ pub struct IngestConfig {
     pub batch_max_rows: usize,
     /// Flush when the batch holds this many payload bytes. Default: 33554432 (32 MiB).
     pub batch_max_bytes: usize,
-    /// Flush a batch at the latest this long after its first message. Default: "2s".
+    /// Flush a batch at the latest this long after its first message. Default: "1s".
     #[serde(with = "humantime_serde")]
     pub batch_max_age: Duration,
     /// How many recent request ids are remembered to drop producer retries. Default: 1000000.
@@ -152,7 +158,7 @@ impl Default for IngestConfig {
         IngestConfig {
             batch_max_rows: 100_000,
             batch_max_bytes: 32 * 1024 * 1024,
-            batch_max_age: Duration::from_secs(2),
+            batch_max_age: Duration::from_secs(1),
             dedup_window: 1_000_000,
             retry_initial_backoff: Duration::from_millis(200),
             retry_max_backoff: Duration::from_secs(10),

@@ -113,9 +113,10 @@ impl Default for Metrics {
     }
 }
 
-/// A message arrived from the source topic.
-pub fn message_consumed(m: &Metrics, topic: &str) {
-    m.messages.with_label_values(&[topic]).inc();
+/// The counter of messages consumed from `topic` (looked up once per topic:
+/// it is bumped for every message).
+pub fn messages_counter(m: &Metrics, topic: &str) -> prometheus::IntCounter {
+    m.messages.with_label_values(&[topic])
 }
 
 /// Fields dropped from an accepted event (data minimisation).

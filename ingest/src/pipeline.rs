@@ -73,7 +73,7 @@ struct Pipeline {
     rebalances: Arc<RebalanceLog>,
     metrics: Metrics,
     partitions: HashMap<PartitionKey, PartitionState>,
-    topics: HashMap<String, Arc<str>>,
+    topics: HashMap<String, (Arc<str>, prometheus::IntCounter)>,
     recent: RecentIds,
     batch: Batch,
     summary: Summary,
@@ -163,12 +163,24 @@ impl Pipeline {
                     self.flush().await?;
                 }
                 message = consumer.recv() => {
-                    self.apply_rebalances();
-                    let message = message.map_err(|source| IngestError::Kafka { operation: "consume", source })?;
                     last_message = Instant::now();
-                    self.handle(&message).await?;
-                    if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
-                        self.flush().await?;
+                    let mut next = Some(message);
+                    // Drain what librdkafka already has without going back
+                    // through select! per message (recv is cancel-safe).
+                    let mut drained = 0;
+                    while let Some(message) = next.take() {
+                        self.apply_rebalances();
+                        let message = message.map_err(|source| IngestError::Kafka { operation: "consume", source })?;
+                        self.handle(&message).await?;
+                        drop(message);
+                        if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
+                            self.flush().await?;
+                            break;
+                        }
+                        drained += 1;
+                        if drained < 4096 {
+                            next = futures_util::FutureExt::now_or_never(consumer.recv());
+                        }
                     }
                 }
                 _ = ticker.tick() => {
@@ -204,17 +216,18 @@ impl Pipeline {
         metrics::inflight(&self.metrics, self.batch.rows);
     }
 
-    fn topic(&mut self, name: &str) -> Arc<str> {
+    /// The shared name of a topic and its consumed-messages counter.
+    fn topic(&mut self, name: &str) -> (Arc<str>, prometheus::IntCounter) {
         if let Some(t) = self.topics.get(name) {
             return t.clone();
         }
-        let t: Arc<str> = Arc::from(name);
+        let t = (Arc::from(name), metrics::messages_counter(&self.metrics, name));
         self.topics.insert(name.to_owned(), t.clone());
         t
     }
 
     async fn handle(&mut self, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), IngestError> {
-        let topic = self.topic(message.topic());
+        let (topic, consumed) = self.topic(message.topic());
         let (partition, offset) = (message.partition(), message.offset());
         let key: PartitionKey = (topic.clone(), partition);
 
@@ -251,7 +264,7 @@ impl Pipeline {
         state.expected = offset + 1;
         state.rewind = FIRST_REWIND;
         self.summary.messages += 1;
-        metrics::message_consumed(&self.metrics, &topic);
+        consumed.inc();
         if state.replay.remove(&offset) {
             metrics::duplicate_skipped(&self.metrics, "replay");
             self.summary.duplicates += 1;

@@ -92,6 +92,7 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<(Arc<Consumer>, Arc<RebalanceLog
         .set("session.timeout.ms", kafka.session_timeout.as_millis().to_string())
         .set("heartbeat.interval.ms", (kafka.session_timeout.as_millis() / 4).max(100).to_string())
         .set("queued.max.messages.kbytes", kafka.prefetch_max_kbytes.to_string())
+        .set("fetch.wait.max.ms", kafka.fetch_max_wait.as_millis().max(1).to_string())
         .set("fetch.max.bytes", (16 * 1024 * 1024).to_string())
         .set("max.partition.fetch.bytes", (4 * 1024 * 1024).to_string());
 
