@@ -4,7 +4,7 @@
 //! offset to commit per partition once it is durable.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,9 +96,7 @@ impl Batch {
 /// A 64-bit fingerprint of a request id (SipHash with fixed keys: stable
 /// across restarts; a false match needs a 2^-64 collision).
 pub fn fingerprint(request_id: &str) -> u64 {
-    let mut h = std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().build_hasher();
-    request_id.hash(&mut h);
-    h.finish()
+    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(request_id)
 }
 
 /// The last `capacity` request ids made durable, to drop producer retries.

@@ -2,6 +2,7 @@
 //!
 //! Run: `cargo bench -p inferlog-schema --bench normalize`. Criterion
 //! reports time per batch and elements/s; one element is one event.
+#![allow(clippy::print_stderr)]
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use inferlog_schema::generate::{Generator, GeneratorConfig};

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use inferlog_tests::{clickhouse, clickhouse_u64, expected_reasons, generate, read_topic, valid_count, wait_with_limit, write_jsonl, Scenario};
+use inferlog_tests::{clickhouse_u64, expected_reasons, generate, read_topic, valid_count, wait_with_limit, write_jsonl, Scenario};
 
 #[test]
 fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {

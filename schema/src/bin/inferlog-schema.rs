@@ -242,7 +242,10 @@ fn check(contract: &Contract, format: Format, now: Option<i64>, files: &[PathBuf
                     )?,
                 }
             }
-            tally.record(outcome.as_ref().map(Clone::clone));
+            match outcome {
+                Ok(dropped) => tally.record(Ok(dropped)),
+                Err(r) => tally.record(Err(&r)),
+            }
             Ok(())
         })?;
     }
