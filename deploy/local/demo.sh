@@ -1,29 +1,55 @@
 #!/usr/bin/env bash
-# The README's demo: builds inferlog and walks generated traffic through
-# every stage that exists, on this machine. Safe to re-run.
+# The README's demo: installs what is missing, builds, starts the local
+# services, generates a week of traffic (2% invalid), produces it to Kafka,
+# runs ingest until the topic is drained, and shows what landed where.
+# Safe to re-run (each run uses its own topic and table). Stop the services
+# with `deploy/local/services.sh down`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-work=.inferlog/demo
+run=demo_$(date +%s)
+work=.inferlog/$run
 mkdir -p "$work"
-
 step() { printf '\n==> %s\n' "$*" >&2; }
+ch() { curl -sS --fail-with-body --data-binary "$1" "http://127.0.0.1:8123/?default_format=PrettyCompactMonoBlock"; }
 
-step "building (release; the first build takes a few minutes)"
-cargo build --release --locked -p inferlog-schema
+step "starting the local services (first time: installs ClickHouse, Python clients, builds tansu ~15 min)"
+deploy/local/services.sh up
+
+step "building inferlog (release; the first build takes a few minutes)"
+cargo build --release --locked --bins 2>&1 | tail -n 1
 bin=target/release
 
-step "generating 14 days of traffic: 50,000 events, 2% invalid"
-"$bin/inferlog-schema" generate --count 50000 --days 14 --seed 7 --invalid-ratio 0.02 > "$work/events.jsonl"
-ls -lh "$work/events.jsonl" >&2
+step "generating 6 days of traffic: 200,000 events, 2% invalid on purpose"
+"$bin/inferlog-schema" generate --count 200000 --days 6 --seed 7 --invalid-ratio 0.02 > "$work/events.jsonl"
+"$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 || true
 
-step "checking the events as a producer's CI would (exit 1: some are invalid on purpose)"
-"$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 | python3 -m json.tool >&2 || true
+step "producing to Kafka topic $run-events (the independent client: confluent-kafka)"
+python3 deploy/local/kafkatool.py create-topics --partitions 8 "$run-events" "$run-dlq"
+python3 deploy/local/kafkatool.py produce --topic "$run-events" "$work/events.jsonl"
 
-step "normalizing with a demo hash key (from a file, never the command line)"
-key_file="$work/hash.key"
-[ -s "$key_file" ] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$key_file"
-INFERLOG_HASH_KEY_FILE="$key_file" "$bin/inferlog-schema" normalize "$work/events.jsonl" \
-  > "$work/normalized.jsonl" 2> "$work/normalize.log" || true
-tail -n 2 "$work/normalize.log" >&2
-echo "first stored event:" >&2
-head -n 1 "$work/normalized.jsonl" | python3 -m json.tool >&2
+step "ingesting until the topic is drained (metrics on http://127.0.0.1:9464/metrics meanwhile)"
+INFERLOG_HASH_KEY_FILE=.inferlog/local/hash.key \
+INFERLOG_KAFKA__TOPICS="[\"$run-events\"]" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" \
+INFERLOG_KAFKA__GROUP_ID="$run" INFERLOG_CLICKHOUSE__TABLE="${run}_logs" \
+INFERLOG_CLICKHOUSE__REJECTS_TABLE="${run}_rejects" \
+  "$bin/inferlog-ingest" --config deploy/local/inferlog.toml --exit-when-idle 5s 2>&1 | grep -E "started|assign|stopped|WARN|ERROR" >&2
+
+t=inferlog.${run}_logs
+step "hot tier: rows per UTC day (ClickHouse $t)"
+ch "SELECT day, count() AS rows, uniqExact(request_id) AS requests FROM $t GROUP BY day ORDER BY day"
+step "why was p99 slow? total latency and TTFT by business line and input bucket (yesterday)"
+ch "SELECT business_line,
+        multiIf(input_tokens < 1024, '0-1k', input_tokens < 2048, '1k-2k', input_tokens < 4096, '2k-4k',
+                input_tokens < 8192, '4k-8k', input_tokens < 32768, '8k-32k', '32k+') AS bucket,
+        count() AS requests, round(quantileExact(0.5)(total_latency_ms)) AS p50_ms,
+        round(quantileExact(0.99)(total_latency_ms)) AS p99_ms, round(quantileExact(0.99)(ifNull(ttft_ms, 0))) AS p99_ttft_ms
+     FROM $t WHERE day = yesterday() GROUP BY business_line, bucket ORDER BY business_line, bucket LIMIT 20"
+step "who burned the token budget? tokens by business line (whole week)"
+ch "SELECT business_line, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out,
+        round(100 * countIf(cache_hit = 1) / count(), 1) AS cache_hit_pct, countIf(error_code != 0) AS errors
+     FROM $t GROUP BY business_line ORDER BY tokens_in + tokens_out DESC"
+step "rejected events by reason (also in the DLQ topic $run-dlq, with the original bytes)"
+ch "SELECT reason, count() AS events FROM inferlog.${run}_rejects GROUP BY reason ORDER BY events DESC"
+step "reconciliation: produced = hot rows + rejects"
+ch "SELECT 200000 AS produced, (SELECT count() FROM $t) AS hot_rows, (SELECT count() FROM inferlog.${run}_rejects) AS rejected"
+echo "stop the services with: deploy/local/services.sh down" >&2
