@@ -173,6 +173,15 @@ impl Scenario {
         s
     }
 
+    /// Generates `count` events (see [`generate`]), writes them to this
+    /// scenario's directory and produces them to its topic.
+    pub fn produce_generated(&self, count: usize, invalid_ratio: f64, seed: u64) -> Vec<GeneratedEvent> {
+        let events = generate(count, invalid_ratio, seed, 3);
+        let file = write_jsonl(self.dir.path(), &events);
+        produce(&self.topic, &file);
+        events
+    }
+
     pub fn qualified_table(&self) -> String {
         format!("inferlog_test.{}", self.table)
     }

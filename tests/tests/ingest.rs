@@ -10,9 +10,7 @@ use inferlog_tests::{clickhouse_u64, expected_reasons, generate, read_topic, val
 #[test]
 fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {
     let s = Scenario::new("reconcile", 8, "");
-    let events = generate(100_000, 0.02, 101, 3);
-    let file = write_jsonl(s.dir.path(), &events);
-    inferlog_tests::produce(&s.topic, &file);
+    let events = s.produce_generated(100_000, 0.02, 101);
     s.drain("ingest.log");
 
     let valid = valid_count(&events) as u64;
@@ -123,9 +121,7 @@ fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
 #[test]
 fn sigterm_flushes_commits_and_exits_zero() {
     let s = Scenario::static_assignment("sigterm", 4, "batch_max_age = \"30s\"\n");
-    let events = generate(5_000, 0.0, 606, 2);
-    let file = write_jsonl(s.dir.path(), &events);
-    inferlog_tests::produce(&s.topic, &file);
+    s.produce_generated(5_000, 0.0, 606);
     // A 30 s batch age: everything read is still buffered when SIGTERM comes.
     let mut child = s.spawn_ingest(None, "ingest.log");
     let start = Instant::now();

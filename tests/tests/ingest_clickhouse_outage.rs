@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use inferlog_tests::{generate, repo_root, valid_count, wait_with_limit, write_jsonl, Scenario};
+use inferlog_tests::{repo_root, valid_count, wait_with_limit, Scenario};
 
 fn services(action: &str) {
     let status = Command::new(repo_root().join("deploy/local/services.sh")).arg(action).status().expect("services.sh");
@@ -28,9 +28,7 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 #[test]
 fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     let s = Scenario::static_assignment("outage", 8, "batch_max_rows = 20000\n");
-    let events = generate(200_000, 0.01, 505, 3);
-    let file = write_jsonl(s.dir.path(), &events);
-    inferlog_tests::produce(&s.topic, &file);
+    let events = s.produce_generated(200_000, 0.01, 505);
     let valid = valid_count(&events) as u64;
 
     let mut child = s.spawn_ingest(Some("15s"), "ingest.log");

@@ -5,15 +5,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use inferlog_tests::{generate, read_topic, valid_count, write_jsonl, Scenario};
+use inferlog_tests::{read_topic, valid_count, Scenario};
 use rand::{Rng, SeedableRng};
 
 #[test]
 fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     let s = Scenario::static_assignment("crash", 8, "batch_max_rows = 20000\n");
-    let events = generate(200_000, 0.01, 404, 3);
-    let file = write_jsonl(s.dir.path(), &events);
-    inferlog_tests::produce(&s.topic, &file);
+    let events = s.produce_generated(200_000, 0.01, 404);
     let valid = valid_count(&events) as u64;
 
     let mut rng = rand_chacha_seed();
