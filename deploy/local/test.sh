@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/local/services.sh up
 cargo build --release --locked --bins
-INFERLOG_BIN_DIR="$PWD/target/release" cargo test --workspace --locked -- --test-threads 2
+INFERLOG_BIN_DIR="$PWD/target/release" cargo test --workspace --locked --no-fail-fast -- --test-threads 2
