@@ -152,7 +152,7 @@ impl Pipeline {
         let started = Instant::now();
         let mut last_message = Instant::now();
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
-        let mut lag_ticker = tokio::time::interval(Duration::from_secs(10));
+        let mut lag_ticker = tokio::time::interval_at((Instant::now() + Duration::from_secs(2)).into(), Duration::from_secs(5));
         let consumer = self.consumer.clone();
         loop {
             let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);

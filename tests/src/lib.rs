@@ -144,6 +144,7 @@ impl Scenario {
 
     fn with_kafka(name: &str, partitions: u32, extra_kafka: &str, extra_ingest: &str) -> Scenario {
         let default_age = if extra_ingest.contains("batch_max_age") { "" } else { "batch_max_age = \"1s\"\n" };
+        let default_metrics = if extra_ingest.contains("metrics_addr") { "" } else { "metrics_addr = \"\"\n" };
         let id = unique(name);
         let dir = tempfile::Builder::new().prefix(&format!("inferlog-{id}-")).tempdir().expect("temp dir");
         let s = Scenario {
@@ -158,7 +159,7 @@ impl Scenario {
         let toml = format!(
             "[kafka]\nbrokers = \"{}\"\ntopics = [\"{}\"]\ngroup_id = \"{}\"\ndlq_topic = \"{}\"\nsession_timeout = \"6s\"\n{extra_kafka}\n\
              [clickhouse]\nurl = \"{}\"\ndatabase = \"inferlog_test\"\ntable = \"{}\"\nrejects_table = \"{}\"\n\n\
-             [ingest]\nmetrics_addr = \"\"\nretry_max_backoff = \"2s\"\n{default_age}{extra_ingest}\n",
+             [ingest]\nretry_max_backoff = \"2s\"\n{default_metrics}{default_age}{extra_ingest}\n",
             kafka_brokers(),
             s.topic,
             s.group,

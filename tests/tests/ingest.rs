@@ -120,7 +120,9 @@ fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
 
 #[test]
 fn sigterm_flushes_commits_and_exits_zero() {
-    let s = Scenario::static_assignment("sigterm", 4, "batch_max_age = \"30s\"\n");
+    // A free loopback port for /metrics and /healthz.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let s = Scenario::static_assignment("sigterm", 4, &format!("batch_max_age = \"30s\"\nmetrics_addr = \"127.0.0.1:{port}\"\n"));
     s.produce_generated(5_000, 0.0, 606);
     // A 30 s batch age: everything read is still buffered when SIGTERM comes.
     let mut child = s.spawn_ingest(None, "ingest.log");
@@ -131,6 +133,24 @@ fn sigterm_flushes_commits_and_exits_zero() {
     }
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(s.hot_count().0, 0, "nothing flushed before the signal");
+    let get = |path: &str| {
+        let out = std::process::Command::new("curl").args(["-sS", "-i", &format!("http://127.0.0.1:{port}{path}")]).output().expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let metrics = get("/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains(&format!("inferlog_ingest_messages_total{{topic=\"{}\"}} 5000", s.topic)), "{metrics}");
+    assert!(metrics.contains("inferlog_ingest_inflight_rows 5000"), "everything is buffered: {metrics}");
+    for name in ["inferlog_ingest_rows_inserted_total", "inferlog_ingest_flush_seconds_bucket", "inferlog_ingest_insert_errors_total"] {
+        assert!(metrics.contains(name), "{name} in {metrics}");
+    }
+    // Lag is sampled every few seconds; it shows up for the assigned partitions.
+    let lag_seen = (0..30).any(|_| {
+        std::thread::sleep(Duration::from_millis(500));
+        get("/metrics").contains(&format!("inferlog_ingest_consumer_lag{{partition=\"0\",topic=\"{}\"}}", s.topic))
+    });
+    assert!(lag_seen, "consumer lag per partition: {}", get("/metrics"));
+    assert!(get("/healthz").starts_with("HTTP/1.1 200"));
     let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
     assert!(term.success());
     let status = wait_with_limit(&mut child, Duration::from_secs(30));
