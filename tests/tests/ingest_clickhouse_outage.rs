@@ -15,6 +15,15 @@ fn services(action: &str) {
     assert!(status.success(), "services.sh {action}");
 }
 
+/// Starts ClickHouse again however the test ends, so later tests find it up.
+struct RestartOnDrop;
+
+impl Drop for RestartOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("deploy/local/services.sh")).arg("start-clickhouse").status();
+    }
+}
+
 fn rss_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -27,15 +36,16 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 
 #[test]
 fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
-    let s = Scenario::static_assignment("outage", 8, "batch_max_rows = 20000\n");
+    let s = Scenario::static_assignment("outage", 8, "batch_max_rows = 5000\n");
     let events = s.produce_generated(200_000, 0.01, 505);
     let valid = valid_count(&events) as u64;
 
     let mut child = s.spawn_ingest(Some("15s"), "ingest.log");
     let start = Instant::now();
-    while s.hot_count().0 < 20_000 && start.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(100));
+    while s.hot_count().0 < 5_000 && start.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(20));
     }
+    let _restart = RestartOnDrop;
     services("stop-clickhouse");
     let mut peak_during_outage = 0;
     for _ in 0..30 {
@@ -44,6 +54,8 @@ fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     }
     assert!(child.try_wait().expect("try_wait").is_none(), "ingest keeps running while ClickHouse is down");
     services("start-clickhouse");
+    let at_restart = s.hot_count().0;
+    assert!(at_restart < valid, "the outage hit mid-run ({at_restart} of {valid} rows stored before it)");
     let high_water = rss_kib(child.id(), "VmHWM:");
     let status = wait_with_limit(&mut child, Duration::from_secs(600));
     let log = s.log("ingest.log");
