@@ -51,14 +51,15 @@ pub struct HotRow {
     pub gpu_mem_peak_mb: Option<f64>,
     pub truncated: Option<u8>,
     pub schema_version: u8,
-    pub kafka_topic: String,
+    /// Shared by every row of the topic: no allocation per row.
+    pub kafka_topic: std::sync::Arc<str>,
     pub kafka_partition: u16,
     pub kafka_offset: u64,
     pub ingested_at: u32,
 }
 
 impl HotRow {
-    pub fn new(e: InferenceEvent, topic: &str, partition: i32, offset: i64, ingested_at: u32) -> HotRow {
+    pub fn new(e: InferenceEvent, topic: std::sync::Arc<str>, partition: i32, offset: i64, ingested_at: u32) -> HotRow {
         // Timestamps are validated to lie in 2000..2100, so these fit.
         let day = e.timestamp_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY) as u16;
         HotRow {
@@ -90,7 +91,7 @@ impl HotRow {
             gpu_mem_peak_mb: e.gpu_mem_peak_mb,
             truncated: e.truncated.map(u8::from),
             schema_version: SCHEMA_VERSION as u8,
-            kafka_topic: topic.to_owned(),
+            kafka_topic: topic,
             kafka_partition: partition as u16,
             kafka_offset: offset as u64,
             ingested_at,

@@ -68,9 +68,9 @@ impl Dlq {
 
     /// Produces every reject and waits until the broker acknowledged each.
     /// Returns the rejects that failed, with the first error.
-    pub async fn send_all<'a>(&self, rejects: &'a [Reject]) -> Result<(), (Vec<&'a Reject>, IngestError)> {
+    pub async fn send_all<'a>(&self, rejects: &[&'a Reject]) -> Result<(), (Vec<&'a Reject>, IngestError)> {
         let mut pending = Vec::with_capacity(rejects.len());
-        for r in rejects {
+        for &r in rejects {
             let partition = r.partition.to_string();
             let offset = r.offset.to_string();
             let time = format_rfc3339_ms(r.received_ms);

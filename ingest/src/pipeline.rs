@@ -286,7 +286,7 @@ impl Pipeline {
                     self.batch.push_skipped(key, offset);
                     return Ok(());
                 }
-                let row = HotRow::new(normalized.event, &topic, partition, offset, (received_ms / 1000) as u32);
+                let row = HotRow::new(normalized.event, topic.clone(), partition, offset, (received_ms / 1000) as u32);
                 self.batch.push_row(row, id, key, offset);
             }
             Err(rejection) => {
@@ -407,13 +407,11 @@ impl Pipeline {
             let mut backoff = self.config.ingest.retry_initial_backoff;
             let mut attempt = 0;
             while !pending.is_empty() {
-                let owned: Vec<Reject> = pending.iter().map(|r| (*r).clone()).collect();
-                match self.dlq.send_all(&owned).await {
+                match self.dlq.send_all(&pending).await {
                     Ok(()) => pending.clear(),
                     Err((failed, error)) => {
                         attempt += 1;
-                        let failed: HashSet<(i32, i64)> = failed.iter().map(|r| (r.partition, r.offset)).collect();
-                        pending.retain(|r| failed.contains(&(r.partition, r.offset)));
+                        pending = failed;
                         self.backoff(&error, attempt, backoff).await?;
                         backoff = (backoff * 2).min(self.config.ingest.retry_max_backoff);
                     }
