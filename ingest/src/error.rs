@@ -35,13 +35,14 @@ impl IngestError {
     }
 }
 
-/// ClickHouse error codes that pass by themselves: overload, timeouts,
-/// network trouble, a replica or disk briefly read-only, too many parts.
-const TRANSIENT_CODES: [u32; 12] = [159, 164, 202, 209, 210, 241, 242, 252, 285, 319, 425, 1000];
+/// ClickHouse error codes that no retry can fix: the schema or the
+/// credentials are wrong (unknown table/database/column, type mismatch,
+/// unparsable data, syntax, authentication).
+const PERMANENT_CODES: [u32; 20] = [6, 16, 26, 27, 36, 41, 43, 44, 47, 48, 53, 60, 62, 70, 81, 192, 193, 194, 497, 516];
 
-/// Network failures and transient server codes are retried; anything else
-/// the server answers (unknown table, syntax, type mismatch) will not get
-/// better by retrying and stops the daemon without committing.
+/// Anything but a known-permanent server error is retried: network
+/// failures, timeouts, overload, and whatever a server says while it shuts
+/// down or starts. Permanent ones stop the daemon without committing.
 fn clickhouse_class(error: &clickhouse::error::Error) -> ErrorClass {
     use clickhouse::error::Error;
     match error {
@@ -52,7 +53,7 @@ fn clickhouse_class(error: &clickhouse::error::Error) -> ErrorClass {
                 .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
                 .and_then(|digits| digits.parse::<u32>().ok());
             match code {
-                Some(code) if !TRANSIENT_CODES.contains(&code) => ErrorClass::Fail,
+                Some(code) if PERMANENT_CODES.contains(&code) => ErrorClass::Fail,
                 _ => ErrorClass::Retry,
             }
         }
@@ -73,5 +74,7 @@ mod tests {
         assert_eq!(class_of("Code: 60, e.displayText() = DB::Exception: Table default.x doesn't exist."), ErrorClass::Fail);
         assert_eq!(class_of("Code: 252, e.displayText() = DB::Exception: Too many parts"), ErrorClass::Retry);
         assert_eq!(class_of("502 Bad Gateway"), ErrorClass::Retry);
+        assert_eq!(class_of("Code: 394, e.displayText() = DB::Exception: Query was cancelled"), ErrorClass::Retry);
+        assert_eq!(class_of("Code: 516, e.displayText() = DB::Exception: default: Authentication failed"), ErrorClass::Fail);
     }
 }

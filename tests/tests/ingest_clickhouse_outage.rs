@@ -37,8 +37,11 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 #[test]
 fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     let s = Scenario::static_assignment("outage", 8, "batch_max_rows = 5000\n");
-    let events = s.produce_generated(200_000, 0.01, 505);
+    let events = inferlog_tests::generate(200_000, 0.01, 505, 3);
+    let (first, second) = events.split_at(100_000);
     let valid = valid_count(&events) as u64;
+    let first_file = inferlog_tests::write_jsonl(s.dir.path(), first);
+    inferlog_tests::produce(&s.topic, &first_file);
 
     let mut child = s.spawn_ingest(Some("15s"), "ingest.log");
     let start = Instant::now();
@@ -47,12 +50,17 @@ fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     }
     let _restart = RestartOnDrop;
     services("stop-clickhouse");
+    // The second half arrives while ClickHouse is away: work is waiting for
+    // the whole outage, however fast the first half went.
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    let second_file = inferlog_tests::write_jsonl(second_dir.path(), second);
+    inferlog_tests::produce(&s.topic, &second_file);
     let mut peak_during_outage = 0;
     for _ in 0..30 {
         std::thread::sleep(Duration::from_secs(1));
         peak_during_outage = peak_during_outage.max(rss_kib(child.id(), "VmRSS:"));
     }
-    assert!(child.try_wait().expect("try_wait").is_none(), "ingest keeps running while ClickHouse is down");
+    assert!(child.try_wait().expect("try_wait").is_none(), "ingest keeps running while ClickHouse is down: {}", s.log("ingest.log"));
     services("start-clickhouse");
     let at_restart = s.hot_count().0;
     assert!(at_restart < valid, "the outage hit mid-run ({at_restart} of {valid} rows stored before it)");
