@@ -359,10 +359,6 @@ impl ClickHouseSink {
         }
         Ok(stored)
     }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
 }
 
 #[cfg(test)]

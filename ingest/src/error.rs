@@ -28,9 +28,9 @@ impl IngestError {
         match self {
             IngestError::ClickHouse { source, .. } => clickhouse_class(source),
             IngestError::Kafka { .. } | IngestError::DlqProduce { .. } => ErrorClass::Retry,
-            IngestError::Config(_) | IngestError::Schema(_) | IngestError::Metrics { .. } | IngestError::ShutdownTimeout(_) => {
-                ErrorClass::Fail
-            }
+            // The schema crate classifies its own errors.
+            IngestError::Schema(e) => e.class(),
+            IngestError::Config(_) | IngestError::Metrics { .. } | IngestError::ShutdownTimeout(_) => ErrorClass::Fail,
         }
     }
 }
