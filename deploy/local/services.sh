@@ -8,7 +8,7 @@
 #   deploy/local/services.sh up       install what is missing, start what is not running
 #   deploy/local/services.sh down     stop what this script started (not Postgres)
 #   deploy/local/services.sh status   what runs where
-#   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse
+#   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse | stop-s3 | start-s3
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${INFERLOG_LOCAL_DIR:-$repo/.inferlog/local}
@@ -130,6 +130,8 @@ PY
 hash_key() {
   # A local user-id hash key; real deployments provide their own secret file.
   [ -s "$dir/hash.key" ] || { umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/hash.key"; }
+  # The local S3 server's secret key (moto accepts any; the file shows where a real one goes).
+  [ -s "$dir/s3.secret" ] || { umask 077; printf 'inferlog-local' > "$dir/s3.secret"; }
 }
 
 create_topics() {
@@ -172,5 +174,8 @@ case "${1:-}" in
   stop-clickhouse) stop_clickhouse ;;
   start-clickhouse) start_clickhouse ;;
   restart-clickhouse) stop_clickhouse; start_clickhouse ;;
-  *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse" >&2; exit 2 ;;
+  # moto keeps objects in memory: a stopped S3 server comes back empty (with its bucket).
+  stop-s3) stop_pidfile "$dir/s3.pid" moto ;;
+  start-s3) start_s3 ;;
+  *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse|stop-s3|start-s3" >&2; exit 2 ;;
 esac

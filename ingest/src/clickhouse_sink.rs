@@ -155,11 +155,7 @@ impl std::fmt::Debug for ClickHouseSink {
     }
 }
 
-/// `(major, minor)` of a ClickHouse version string.
-pub fn parse_version(v: &str) -> (u32, u32) {
-    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
-}
+pub use inferlog_store::hot::parse_version;
 
 /// DDL of the hot table. Works on ClickHouse 18.16 and current releases;
 /// `LowCardinality` is used where the server has it without a setting.
@@ -237,14 +233,7 @@ fn rejects_table_ddl(database: &str, table: &str) -> String {
 
 impl ClickHouseSink {
     pub fn new(config: &ClickHouseConfig) -> Result<ClickHouseSink, IngestError> {
-        let mut client = Client::default()
-            .with_url(&config.url)
-            .with_user(&config.user)
-            .with_validation(false)
-            .with_compression(clickhouse::Compression::None);
-        if let Some(password) = config.password()? {
-            client = client.with_password(password);
-        }
+        let client = config.client()?;
         Ok(ClickHouseSink {
             admin: client.clone(),
             client: client.with_database(&config.database),

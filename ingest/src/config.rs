@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
+pub use inferlog_store::config::{ClickHouseConfig, CLICKHOUSE_PASSWORD_ENV};
 use serde::{Deserialize, Serialize};
 
 use crate::error::IngestError;
@@ -74,59 +75,6 @@ impl Default for KafkaConfig {
     }
 }
 
-/// The `[clickhouse]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ClickHouseConfig {
-    /// HTTP interface. Default: "http://127.0.0.1:8123".
-    pub url: String,
-    /// Database, created if missing. Default: "inferlog".
-    pub database: String,
-    /// Table of hot rows, created if missing. Default: "inference_logs".
-    pub table: String,
-    /// Table of rejected messages (reason, field, source offset), created if missing. Default: "inference_rejects".
-    pub rejects_table: String,
-    /// User. Default: "default". The password comes from INFERLOG_CLICKHOUSE_PASSWORD or `password_file`.
-    pub user: String,
-    /// File holding the password. Default: none.
-    pub password_file: Option<PathBuf>,
-    /// Timeout of one request. Default: "60s".
-    #[serde(with = "humantime_serde")]
-    pub request_timeout: Duration,
-}
-
-impl Default for ClickHouseConfig {
-    fn default() -> Self {
-        ClickHouseConfig {
-            url: "http://127.0.0.1:8123".into(),
-            database: "inferlog".into(),
-            table: "inference_logs".into(),
-            rejects_table: "inference_rejects".into(),
-            user: "default".into(),
-            password_file: None,
-            request_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-/// Environment variable holding the ClickHouse password.
-pub const CLICKHOUSE_PASSWORD_ENV: &str = "INFERLOG_CLICKHOUSE_PASSWORD";
-
-impl ClickHouseConfig {
-    /// The password from `INFERLOG_CLICKHOUSE_PASSWORD`, else `password_file`, else none.
-    pub fn password(&self) -> Result<Option<String>, IngestError> {
-        if let Ok(p) = std::env::var(CLICKHOUSE_PASSWORD_ENV) {
-            return Ok(Some(p));
-        }
-        match &self.password_file {
-            Some(path) => std::fs::read_to_string(path)
-                .map(|p| Some(p.trim_end_matches(['\n', '\r']).to_owned()))
-                .map_err(|e| IngestError::Config(format!("cannot read clickhouse.password_file {}: {e}", path.display()))),
-            None => Ok(None),
-        }
-    }
-}
-
 /// The `[ingest]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -177,18 +125,6 @@ pub struct Config {
     pub ingest: IngestConfig,
 }
 
-fn identifier(value: &str, what: &str) -> Result<(), IngestError> {
-    let ok = !value.is_empty()
-        && value.len() <= 64
-        && value.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
-        && !value.as_bytes()[0].is_ascii_digit();
-    if ok {
-        Ok(())
-    } else {
-        Err(IngestError::Config(format!("{what} = {value:?} must be an identifier of [A-Za-z0-9_]")))
-    }
-}
-
 impl Config {
     /// Loads the file, applies environment overrides and validates once.
     pub fn load(path: &Path) -> Result<Config, IngestError> {
@@ -212,10 +148,7 @@ impl Config {
         if k.topics.contains(&k.dlq_topic) {
             return Err(IngestError::Config("kafka.dlq_topic must not be one of kafka.topics".into()));
         }
-        let c = &self.clickhouse;
-        identifier(&c.database, "clickhouse.database")?;
-        identifier(&c.table, "clickhouse.table")?;
-        identifier(&c.rejects_table, "clickhouse.rejects_table")?;
+        self.clickhouse.validate()?;
         let i = &self.ingest;
         // One INSERT must stay one ClickHouse block (max_insert_block_size,
         // 1048576 rows) to be atomic.

@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
 
 use crate::error::IngestError;
@@ -100,10 +98,7 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        // Encoding gathered families into a Vec cannot fail.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        String::from_utf8_lossy(&out).into_owned()
+        inferlog_store::http::render(&self.registry)
     }
 }
 
@@ -175,34 +170,8 @@ pub fn consumer_lag(m: &Metrics, topic: &str, partition: i32, lag: i64) {
     m.consumer_lag.with_label_values(&[topic, &partition.to_string()]).set(lag.max(0));
 }
 
-/// Serves `/metrics` (Prometheus text format) and `/healthz` until shutdown.
-pub async fn serve(addr: String, metrics: Metrics, mut shutdown: watch::Receiver<bool>) -> Result<(), IngestError> {
-    let listener = TcpListener::bind(&addr).await.map_err(|source| IngestError::Metrics { addr: addr.clone(), source })?;
-    tracing::info!(%addr, "serving /metrics and /healthz");
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return Ok(()),
-            accepted = listener.accept() => {
-                let Ok((mut stream, _)) = accepted else { continue };
-                let metrics = metrics.clone();
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 1024];
-                    let n = stream.read(&mut buf).await.unwrap_or(0);
-                    let request = String::from_utf8_lossy(&buf[..n]);
-                    let path = request.split_whitespace().nth(1).unwrap_or("/");
-                    let (status, body) = match path {
-                        "/metrics" => ("200 OK", metrics.render()),
-                        "/healthz" if metrics.healthy.load(Ordering::Relaxed) => ("200 OK", "ok\n".to_owned()),
-                        "/healthz" => ("503 Service Unavailable", "clickhouse writes failing\n".to_owned()),
-                        _ => ("404 Not Found", "not found\n".to_owned()),
-                    };
-                    let response = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = stream.write_all(response.as_bytes()).await;
-                });
-            }
-        }
-    }
+/// Serves `/metrics` and `/healthz` (503 while ClickHouse writes fail) until shutdown.
+pub async fn serve(addr: String, metrics: Metrics, shutdown: watch::Receiver<bool>) -> Result<(), IngestError> {
+    inferlog_store::http::serve(addr, metrics.registry.clone(), metrics.healthy.clone(), "clickhouse writes failing", shutdown).await?;
+    Ok(())
 }

@@ -17,6 +17,8 @@ use inferlog_schema::generate::{GeneratedEvent, Generator, GeneratorConfig};
 use inferlog_schema::ReasonCode;
 use sha2::{Digest, Sha256};
 
+pub mod seed;
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }

@@ -1,0 +1,241 @@
+//! One UTC day through its recorded states. In: a closed day and its
+//! record in the catalog (if any). Out: the day archived, verified,
+//! aggregated and, once past the hot retention, released, each step
+//! recorded before the next begins, so a kill at any point resumes from
+//! the last recorded state and converges to the same end state.
+//!
+//! ```text
+//! (none) ─► archiving ─► archived ─► verified ─► aggregated ─► releasing ─► released
+//!              ▲                                      │
+//!              └──── rows changed (late events) ◄─────┘
+//! ```
+
+use std::time::Duration;
+
+use inferlog_schema::config::ErrorDictionary;
+use inferlog_store::catalog::{AuditEntry, Catalog, DayRecord, DayState};
+use inferlog_store::cold::ColdStore;
+use inferlog_store::hot::{DayFingerprint, HotTier};
+use inferlog_store::{Day, Policy};
+
+use crate::aggregate;
+use crate::archive::{Archiver, WrittenObject};
+use crate::error::CompactorError;
+use crate::metrics::{self, Metrics};
+use crate::verify::verify_day;
+
+/// Test hook: `INFERLOG_COMPACTOR_PAUSE_AFTER=<state>` (or `dropped`)
+/// makes the compactor stop dead right after that step is recorded, so a
+/// test can `kill -9` it at a precise point. Unset in production.
+pub const PAUSE_ENV: &str = "INFERLOG_COMPACTOR_PAUSE_AFTER";
+
+/// What happened to a day in one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DayOutcome {
+    /// Archived, verified and aggregated (now or before); still hot.
+    Complete,
+    /// Past the hot retention and released (now or before).
+    Released,
+    /// Another replica holds the day's lock.
+    Busy,
+    /// No hot rows and no record: nothing to do.
+    Empty,
+}
+
+/// Everything one day's work needs.
+#[derive(Debug, Clone)]
+pub struct DayWork {
+    pub hot: HotTier,
+    pub cold: ColdStore,
+    pub catalog: Catalog,
+    pub archiver: Archiver,
+    pub dictionary: ErrorDictionary,
+    pub hot_policy: Policy,
+    pub metrics: Metrics,
+}
+
+async fn pause_point(step: &str) {
+    if std::env::var(PAUSE_ENV).is_ok_and(|v| v == step) {
+        tracing::warn!(step, "{PAUSE_ENV}: pausing here until killed");
+        loop {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+    }
+}
+
+impl DayWork {
+    /// Runs `day` as far as it can go today, under the day's advisory lock.
+    /// `force` redoes archive and aggregates even when nothing changed.
+    pub async fn run(&self, day: Day, today: Day, force: bool) -> Result<DayOutcome, CompactorError> {
+        let Some(lock) = self.catalog.try_lock_day(day).await? else {
+            tracing::info!(day = %inferlog_store::day_string(day), "another replica holds this day; skipping");
+            return Ok(DayOutcome::Busy);
+        };
+        let outcome = self.run_locked(day, today, force).await;
+        if let Err(e) = &outcome {
+            // Best effort: the error is also returned and logged by the pass.
+            let _ = self.catalog.set_error(day, &e.to_string()).await;
+        }
+        lock.unlock().await;
+        outcome
+    }
+
+    async fn record(&self, day: Day, state: DayState, fp: &DayFingerprint, objects: u32, bytes: u64) -> Result<(), CompactorError> {
+        self.catalog.set_state(day, state, fp, objects, bytes).await?;
+        metrics::day_state(&self.metrics, &inferlog_store::day_string(day), state, fp.rows);
+        pause_point(state.as_str()).await;
+        Ok(())
+    }
+
+    async fn run_locked(&self, day: Day, today: Day, force: bool) -> Result<DayOutcome, CompactorError> {
+        let name = inferlog_store::day_string(day);
+        let record = self.catalog.day(day).await?;
+        let fp = self.hot.fingerprint(day).await?;
+        let same = |r: &DayRecord| r.fingerprint == fp.encode();
+        let mut state = match &record {
+            None if fp.rows == 0 => return Ok(DayOutcome::Empty),
+            None => None,
+            Some(r) if r.state == DayState::Released => {
+                if fp.rows > 0 {
+                    tracing::error!(day = %name, rows = fp.rows, "rows arrived for a day already released from the hot tier; retention's audit reports them");
+                }
+                return Ok(DayOutcome::Released);
+            }
+            Some(r) if r.state == DayState::Releasing => {
+                // Either the drop happened (no rows left) or it did not and the rows are the verified ones.
+                if fp.rows == 0 || same(r) {
+                    return self.release(day, r).await;
+                }
+                None
+            }
+            Some(r) if force || !same(r) => None,
+            Some(r) => Some(r.state),
+        };
+        let record_objects = record.as_ref().map_or(0, |r| r.objects);
+
+        // Archive (from scratch, or re-list what an earlier run wrote).
+        let written: Vec<WrittenObject>;
+        if state.is_none() || state == Some(DayState::Archiving) {
+            self.record(day, DayState::Archiving, &fp, 0, 0).await?;
+            written = self.archiver.archive_day(day).await?;
+            for o in &written {
+                metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
+            }
+            let bytes = written.iter().map(|o| o.bytes).sum();
+            self.record(day, DayState::Archived, &fp, written.len() as u32, bytes).await?;
+            state = Some(DayState::Archived);
+        } else {
+            written = Vec::new();
+        }
+
+        // Verify against ClickHouse as it is now.
+        if state == Some(DayState::Archived) {
+            let now = self.hot.fingerprint(day).await?;
+            if now != fp {
+                return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });
+            }
+            let objects = if written.is_empty() { self.rehash(day, record_objects).await? } else { written };
+            let entries = match verify_day(&self.cold, day, &objects, &fp).await {
+                Ok(entries) => entries,
+                Err(e) => {
+                    metrics::verification_failed(&self.metrics, &e);
+                    // Back to archiving: the next pass rewrites the objects.
+                    self.catalog.set_state(day, DayState::Archiving, &fp, 0, 0).await?;
+                    return Err(e);
+                }
+            };
+            self.catalog.record_verified(day, &fp, &entries).await?;
+            metrics::day_verified(&self.metrics, fp.rows);
+            metrics::day_state(&self.metrics, &name, DayState::Verified, fp.rows);
+            pause_point(DayState::Verified.as_str()).await;
+            // Objects of an earlier, larger split of this day are not in the manifest: remove them.
+            let keep: std::collections::HashSet<&str> = entries.iter().map(|e| e.object_key.as_str()).collect();
+            for stale in self.cold.list_day(day).await?.into_iter().filter(|o| !keep.contains(o.key.as_str())) {
+                tracing::info!(key = %stale.key, "deleting an object of an earlier archive of this day");
+                self.cold.delete(&stale.key).await?;
+            }
+            state = Some(DayState::Verified);
+        }
+
+        let verified = self.catalog.day(day).await?.map_or((0, 0), |r| (r.objects, r.bytes));
+        if state == Some(DayState::Verified) {
+            let (groups, errors) = aggregate::compute(&self.hot, day).await?;
+            let now = self.hot.fingerprint(day).await?;
+            if now != fp {
+                return Err(CompactorError::RowsChanged { day: name, step: "aggregated", message: format!("{} became {}", fp.encode(), now.encode()) });
+            }
+            aggregate::store(&self.catalog, &self.dictionary, day, &groups, &errors).await?;
+            self.record(day, DayState::Aggregated, &fp, verified.0, verified.1).await?;
+        }
+
+        if self.hot_policy.expired(day, today) {
+            let record = self.catalog.day(day).await?.ok_or_else(|| CompactorError::Archive { day: name.clone(), message: "day record vanished".into() })?;
+            self.record(day, DayState::Releasing, &fp, record.objects, record.bytes).await?;
+            return self.release(day, &record).await;
+        }
+        Ok(DayOutcome::Complete)
+    }
+
+    /// Rebuilds what was written from the objects themselves (after a
+    /// crash between writing and verifying), so verification reads back and
+    /// compares the real bytes; the written digest is recomputed from the
+    /// store, and the footer and column checks still hold it to ClickHouse.
+    async fn rehash(&self, day: Day, count: u32) -> Result<Vec<WrittenObject>, CompactorError> {
+        use futures_util::TryStreamExt;
+        use object_store::ObjectStoreExt;
+        use sha2::{Digest, Sha256};
+        let mut objects = Vec::new();
+        for part in 0..count {
+            let key = self.cold.object_key(day, part);
+            let path = object_store::path::Path::from(key.as_str());
+            let get = self.cold.store().get(&path).await.map_err(inferlog_store::StoreError::object("read back", &key))?;
+            let mut stream = get.into_stream();
+            let mut hasher = Sha256::new();
+            let mut bytes = 0u64;
+            while let Some(chunk) = stream.try_next().await.map_err(inferlog_store::StoreError::object("read back", &key))? {
+                hasher.update(&chunk);
+                bytes += chunk.len() as u64;
+            }
+            let rows = crate::verify::footer_rows(&self.cold, &key, bytes).await?;
+            objects.push(WrittenObject { key, rows, bytes, sha256: hex::encode(hasher.finalize()) });
+        }
+        Ok(objects)
+    }
+
+    /// Drops the hot partition (idempotent) and records the drop in the
+    /// audit table and the day's state in one transaction.
+    async fn release(&self, day: Day, record: &DayRecord) -> Result<DayOutcome, CompactorError> {
+        let name = inferlog_store::day_string(day);
+        let now = self.hot.fingerprint(day).await?;
+        if now.rows > 0 && now.encode() != record.fingerprint {
+            // Never drop rows the verified archive does not hold.
+            self.catalog.set_state(day, DayState::Archiving, &now, 0, 0).await?;
+            return Err(CompactorError::RowsChanged { day: name, step: "released", message: format!("{} became {}", record.fingerprint, now.encode()) });
+        }
+        let manifest = self.catalog.manifest(Some(day)).await?;
+        let archived: u64 = manifest.iter().map(|m| m.rows).sum();
+        if manifest.is_empty() || archived != record.hot_rows {
+            return Err(CompactorError::Verification {
+                day: name,
+                key: "-".into(),
+                message: format!("manifest holds {archived} rows in {} objects, the day had {}", manifest.len(), record.hot_rows),
+            });
+        }
+        self.hot.drop_day(day).await?;
+        pause_point("dropped").await;
+        let audit = AuditEntry {
+            tier: "hot",
+            unit: name.clone(),
+            action: "drop_partition",
+            rows: Some(record.hot_rows),
+            bytes: None,
+            policy: self.hot_policy.to_string(),
+            dry_run: false,
+            actor: "compactor",
+            detail: Some(format!("archived in {} verified objects", manifest.len())),
+        };
+        self.catalog.record_release(day, &audit).await?;
+        metrics::day_state(&self.metrics, &name, DayState::Released, record.hot_rows);
+        Ok(DayOutcome::Released)
+    }
+}

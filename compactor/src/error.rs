@@ -1,0 +1,36 @@
+//! The compactor's error type: which day, which object, what went wrong,
+//! and what the caller does about it.
+
+use inferlog_schema::ErrorClass;
+use inferlog_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactorError {
+    #[error("config: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("parquet {operation} of {key}: {source}")]
+    Parquet { operation: &'static str, key: String, source: parquet::errors::ParquetError },
+    #[error("archive of {day}: {message}")]
+    Archive { day: String, message: String },
+    /// The archive read back does not match ClickHouse: never released.
+    #[error("verification of {day} failed: {key}: {message}")]
+    Verification { day: String, key: String, message: String },
+    #[error("day {day}: the hot rows changed while it was being {step} ({message}); it is redone on the next pass")]
+    RowsChanged { day: String, step: &'static str, message: String },
+}
+
+impl CompactorError {
+    /// Retry: a store is unreachable or rows changed; the next pass redoes
+    /// the day from its recorded state. Reject: the archive does not match
+    /// (the day is kept hot and reported; exit 1). Fail: configuration.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CompactorError::Store(e) => e.class(),
+            CompactorError::Parquet { .. } | CompactorError::Archive { .. } | CompactorError::RowsChanged { .. } => ErrorClass::Retry,
+            CompactorError::Verification { .. } => ErrorClass::Reject,
+            CompactorError::Config(_) => ErrorClass::Fail,
+        }
+    }
+}

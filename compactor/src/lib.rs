@@ -1,0 +1,20 @@
+//! `inferlog-compactor`: closed UTC days of the hot tier into the cold and
+//! aggregate tiers, then out of the hot tier. Stages, in data-flow order,
+//! driven per day by [`day`] and per pass by [`service`]:
+//!
+//! ClickHouse day partition → [`archive`] (Parquet objects on the cold
+//! store) → [`verify`] (read back, matched against ClickHouse; manifest in
+//! Postgres) → [`aggregate`] (daily aggregates in Postgres) → release
+//! (the hot partition dropped and audited, once past the hot retention).
+
+pub mod aggregate;
+pub mod archive;
+pub mod config;
+pub mod day;
+pub mod error;
+pub mod metrics;
+pub mod service;
+pub mod verify;
+
+pub use config::Config;
+pub use error::CompactorError;

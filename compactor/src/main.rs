@@ -1,0 +1,125 @@
+//! `inferlog-compactor --config FILE [--once] [--day YYYY-MM-DD]`: the
+//! compactor daemon, or one pass, or one day. Exit 0 on success, 1 when an
+//! archive failed verification, 2 on usage, config or connection errors.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use inferlog_compactor::config::Config;
+use inferlog_compactor::metrics::Metrics;
+use inferlog_compactor::service::Compactor;
+use tokio::sync::watch;
+
+#[derive(Debug, Parser)]
+#[command(name = "inferlog-compactor", version, about = "Archive closed days to Parquet, aggregate them into Postgres, release them from ClickHouse")]
+struct Args {
+    /// The inferlog config file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Run one pass over every closed day, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Run (or re-run) one closed day, then exit.
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    day: Option<String>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn shutdown_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(%e, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutdown requested");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
+    let config = Config::load(&args.config)?;
+    let day = match &args.day {
+        Some(text) => Some(inferlog_store::parse_day(text).ok_or_else(|| {
+            inferlog_compactor::CompactorError::Config(format!("--day {text:?} is not a date YYYY-MM-DD"))
+        })?),
+        None => None,
+    };
+    let metrics = Metrics::new();
+    let compactor = Compactor::connect(config.clone(), metrics.clone()).await?;
+    let shutdown = shutdown_signal();
+    if let Some(day) = day {
+        if !compactor.is_closed(day, now_ms()) {
+            return Err(inferlog_compactor::CompactorError::Config(format!(
+                "--day {}: the day is not closed yet (it must have ended more than compactor.lateness = {} ago)",
+                inferlog_store::day_string(day),
+                humantime_serde::re::humantime::format_duration(config.compactor.lateness)
+            )));
+        }
+        let report = compactor.pass(now_ms(), Some(vec![day]), true, &shutdown).await;
+        return Ok(report.exit_code());
+    }
+    if args.once {
+        let report = compactor.pass(now_ms(), None, false, &shutdown).await;
+        return Ok(report.exit_code());
+    }
+    if !config.compactor.metrics_addr.is_empty() {
+        let server = inferlog_store::http::serve(
+            config.compactor.metrics_addr.clone(),
+            metrics.registry.clone(),
+            metrics.healthy.clone(),
+            "the last pass left days failed",
+            shutdown.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = server.await {
+                tracing::error!(%e, "metrics server stopped");
+            }
+        });
+    }
+    let mut shutdown_wait = shutdown.clone();
+    loop {
+        let report = compactor.pass(now_ms(), None, false, &shutdown).await;
+        if report.interrupted || *shutdown.borrow() {
+            return Ok(0);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.compactor.interval) => {}
+            _ = shutdown_wait.changed() => return Ok(0),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(%e, "cannot start the runtime");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            tracing::error!(error = %e, "inferlog-compactor failed");
+            ExitCode::from(2)
+        }
+    }
+}

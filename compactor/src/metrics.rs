@@ -1,0 +1,125 @@
+//! Internal events of the compactor: one function per thing that happens,
+//! each writing its log line and updating its metrics in one place.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use inferlog_store::catalog::DayState;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    day_states: IntCounterVec,
+    rows_archived: IntCounter,
+    bytes_written: IntCounter,
+    objects_written: IntCounter,
+    verification_failures: IntCounter,
+    day_errors: IntCounterVec,
+    pass_seconds: Histogram,
+    days_pending: IntGauge,
+    /// False after a pass with failed days; `/healthz` answers 503 then.
+    pub healthy: Arc<AtomicBool>,
+}
+
+fn must<T>(r: prometheus::Result<T>) -> T {
+    // Metric names and labels are constants: registration cannot fail.
+    r.unwrap_or_else(|e| panic!("metric registration: {e}"))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let register = |c: Box<dyn prometheus::core::Collector>| must(registry.register(c));
+        let day_states = must(IntCounterVec::new(
+            Opts::new("inferlog_compactor_days_total", "Days that reached a state, by state"),
+            &["state"],
+        ));
+        let rows_archived = must(IntCounter::new("inferlog_compactor_rows_archived_total", "Rows written to verified Parquet objects"));
+        let bytes_written = must(IntCounter::new("inferlog_compactor_bytes_written_total", "Bytes of Parquet objects written"));
+        let objects_written = must(IntCounter::new("inferlog_compactor_objects_written_total", "Parquet objects written"));
+        let verification_failures =
+            must(IntCounter::new("inferlog_compactor_verification_failures_total", "Archives whose read-back did not match ClickHouse"));
+        let day_errors = must(IntCounterVec::new(
+            Opts::new("inferlog_compactor_day_errors_total", "Days whose work failed in a pass, by error class"),
+            &["class"],
+        ));
+        let pass_seconds = must(Histogram::with_opts(
+            HistogramOpts::new("inferlog_compactor_pass_seconds", "Duration of one pass over every closed day")
+                .buckets(vec![0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0, 3600.0]),
+        ));
+        let days_pending = must(IntGauge::new("inferlog_compactor_days_pending", "Closed days not yet complete after the last pass"));
+        register(Box::new(day_states.clone()));
+        register(Box::new(rows_archived.clone()));
+        register(Box::new(bytes_written.clone()));
+        register(Box::new(objects_written.clone()));
+        register(Box::new(verification_failures.clone()));
+        register(Box::new(day_errors.clone()));
+        register(Box::new(pass_seconds.clone()));
+        register(Box::new(days_pending.clone()));
+        Metrics {
+            registry,
+            day_states,
+            rows_archived,
+            bytes_written,
+            objects_written,
+            verification_failures,
+            day_errors,
+            pass_seconds,
+            days_pending,
+            healthy: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        inferlog_store::http::render(&self.registry)
+    }
+}
+
+/// A day reached `state`.
+pub fn day_state(m: &Metrics, day: &str, state: DayState, rows: u64) {
+    m.day_states.with_label_values(&[state.as_str()]).inc();
+    tracing::info!(day, state = state.as_str(), rows, "day state");
+}
+
+/// An object was written and closed.
+pub fn object_written(m: &Metrics, key: &str, rows: u64, bytes: u64) {
+    m.objects_written.inc();
+    m.bytes_written.inc_by(bytes);
+    tracing::info!(key, rows, bytes, "parquet object written");
+}
+
+/// A day's objects were read back and matched ClickHouse.
+pub fn day_verified(m: &Metrics, rows: u64) {
+    m.rows_archived.inc_by(rows);
+}
+
+pub fn verification_failed(m: &Metrics, error: &dyn std::fmt::Display) {
+    m.verification_failures.inc();
+    tracing::error!(%error, "archive verification failed; the day stays hot");
+}
+
+/// A day's work failed in this pass; its recorded state is where the next pass resumes.
+pub fn day_failed(m: &Metrics, day: &str, class: inferlog_schema::ErrorClass, error: &dyn std::fmt::Display) {
+    let label = match class {
+        inferlog_schema::ErrorClass::Retry => "retry",
+        inferlog_schema::ErrorClass::Reject => "reject",
+        inferlog_schema::ErrorClass::Fail => "fail",
+    };
+    m.day_errors.with_label_values(&[label]).inc();
+    tracing::error!(day, class = label, %error, "day not completed in this pass");
+}
+
+pub fn pass_finished(m: &Metrics, elapsed: Duration, completed: usize, failed: usize, pending: usize) {
+    m.pass_seconds.observe(elapsed.as_secs_f64());
+    m.days_pending.set(pending as i64);
+    m.healthy.store(failed == 0, Ordering::Relaxed);
+    tracing::info!(elapsed_ms = elapsed.as_millis() as u64, completed, failed, pending, "pass finished");
+}

@@ -1,0 +1,369 @@
+//! The Postgres catalog: the system of record for what each tier holds.
+//! In: state changes from the compactor and deletions from retention. Out:
+//! the day states, the cold manifest, the audit table, and advisory locks
+//! that let several replicas share the work. Migrations are embedded and
+//! applied at start-up.
+
+use std::str::FromStr;
+
+use chrono::NaiveDate;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Executor, PgPool, Postgres, Row};
+
+use crate::config::PostgresConfig;
+use crate::error::StoreError;
+use crate::hot::DayFingerprint;
+use crate::Day;
+
+/// Where the compactor is with one day. The order is the order of work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DayState {
+    /// Objects are being written.
+    Archiving,
+    /// Every object is written, not yet read back.
+    Archived,
+    /// Objects read back and matched; the manifest rows are recorded.
+    Verified,
+    /// Aggregates are in Postgres: the day is complete while it stays hot.
+    Aggregated,
+    /// The hot partition is being dropped.
+    Releasing,
+    /// The hot partition is gone; the drop is in the audit table.
+    Released,
+}
+
+impl DayState {
+    pub const ALL: [DayState; 6] =
+        [DayState::Archiving, DayState::Archived, DayState::Verified, DayState::Aggregated, DayState::Releasing, DayState::Released];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DayState::Archiving => "archiving",
+            DayState::Archived => "archived",
+            DayState::Verified => "verified",
+            DayState::Aggregated => "aggregated",
+            DayState::Releasing => "releasing",
+            DayState::Released => "released",
+        }
+    }
+}
+
+impl FromStr for DayState {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<DayState, StoreError> {
+        DayState::ALL.into_iter().find(|d| d.as_str() == s).ok_or_else(|| StoreError::Config(format!("unknown day state {s:?}")))
+    }
+}
+
+/// One row of `compactor_days`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DayRecord {
+    pub day: Day,
+    pub state: DayState,
+    pub hot_rows: u64,
+    pub fingerprint: String,
+    pub objects: u32,
+    pub bytes: u64,
+    pub last_error: Option<String>,
+}
+
+/// One verified object of the cold tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestEntry {
+    pub object_key: String,
+    pub day: Day,
+    pub rows: u64,
+    pub bytes: u64,
+    pub sha256: String,
+    pub schema_version: u32,
+}
+
+/// One deletion (or, with `dry_run`, one deletion that would happen).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    pub tier: &'static str,
+    pub unit: String,
+    pub action: &'static str,
+    pub rows: Option<u64>,
+    pub bytes: Option<u64>,
+    pub policy: String,
+    pub dry_run: bool,
+    pub actor: &'static str,
+    pub detail: Option<String>,
+}
+
+/// The namespace of inferlog's advisory locks ("ILOG"); the second key is the day.
+const LOCK_SPACE: i32 = 0x494C_4F47;
+
+pub fn date_of(day: Day) -> NaiveDate {
+    NaiveDate::from_num_days_from_ce_opt(day + 719_163).unwrap_or_default()
+}
+
+pub fn day_of(date: NaiveDate) -> Day {
+    date.num_days_from_ce() - 719_163
+}
+
+use chrono::Datelike;
+
+/// A held per-day advisory lock. It lives on its own connection; `unlock`
+/// releases it, and if the process dies Postgres releases it with the connection.
+#[derive(Debug)]
+pub struct DayLock {
+    conn: Option<sqlx::pool::PoolConnection<Postgres>>,
+    day: Day,
+}
+
+impl DayLock {
+    pub async fn unlock(mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(LOCK_SPACE).bind(self.day).execute(&mut *conn).await;
+            if unlocked.is_err() {
+                // The lock may still be held by this session: never reuse it.
+                conn.close_on_drop();
+            }
+        }
+    }
+}
+
+impl Drop for DayLock {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.as_mut() {
+            // Dropped without unlock (an error path): closing the session releases the lock.
+            conn.close_on_drop();
+        }
+    }
+}
+
+/// The catalog database.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    pool: PgPool,
+}
+
+impl Catalog {
+    /// Connects, creates the schema if missing and applies the migrations.
+    pub async fn connect(config: &PostgresConfig) -> Result<Catalog, StoreError> {
+        let mut options = PgConnectOptions::from_str(&config.url)
+            .map_err(|e| StoreError::Config(format!("postgres.url: {e}")))?
+            .application_name("inferlog");
+        if let Some(password) = config.password()? {
+            options = options.password(&password);
+        }
+        let schema = config.schema.clone();
+        let search_path = format!("SET search_path TO \"{schema}\"");
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.connect_timeout)
+            .after_connect(move |conn, _| {
+                let search_path = search_path.clone();
+                Box::pin(async move {
+                    conn.execute(search_path.as_str()).await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .map_err(StoreError::postgres("connect"))?;
+        // Two replicas starting together may race on CREATE SCHEMA; the loser's duplicate error is harmless.
+        if let Err(e) = pool.execute(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"").as_str()).await {
+            let duplicate = e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "23505" || c == "42P06");
+            if !duplicate {
+                return Err(StoreError::postgres("create schema")(e));
+            }
+        }
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Catalog { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Takes the advisory lock of `day` unless another replica holds it.
+    pub async fn try_lock_day(&self, day: Day) -> Result<Option<DayLock>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(StoreError::postgres("acquire"))?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+            .bind(LOCK_SPACE)
+            .bind(day)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(StoreError::postgres("advisory lock"))?;
+        Ok(locked.then_some(DayLock { conn: Some(conn), day }))
+    }
+
+    pub async fn day(&self, day: Day) -> Result<Option<DayRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT day, state, hot_rows, fingerprint, objects, bytes, last_error FROM compactor_days WHERE day = $1",
+        )
+        .bind(date_of(day))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::postgres("read day state"))?;
+        row.map(|r| day_record(&r)).transpose()
+    }
+
+    /// Every day the compactor has a record of, oldest first.
+    pub async fn days(&self) -> Result<Vec<DayRecord>, StoreError> {
+        let rows = sqlx::query("SELECT day, state, hot_rows, fingerprint, objects, bytes, last_error FROM compactor_days ORDER BY day")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::postgres("read day states"))?;
+        rows.iter().map(day_record).collect()
+    }
+
+    /// Records that `day` reached `state`, made from rows with `fingerprint`.
+    pub async fn set_state(&self, day: Day, state: DayState, fingerprint: &DayFingerprint, objects: u32, bytes: u64) -> Result<(), StoreError> {
+        set_state(&self.pool, day, state, fingerprint, objects, bytes).await
+    }
+
+    /// Notes a failure of the day's work without changing its state.
+    pub async fn set_error(&self, day: Day, error: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE compactor_days SET last_error = $2, updated_at = now() WHERE day = $1")
+            .bind(date_of(day))
+            .bind(error)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::postgres("record day error"))?;
+        Ok(())
+    }
+
+    /// Replaces the day's manifest with `entries` and marks it verified, atomically.
+    pub async fn record_verified(&self, day: Day, fingerprint: &DayFingerprint, entries: &[ManifestEntry]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
+        sqlx::query("DELETE FROM cold_manifest WHERE day = $1")
+            .bind(date_of(day))
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::postgres("replace manifest"))?;
+        for e in entries {
+            sqlx::query("INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version) VALUES ($1, $2, $3, $4, $5, $6)")
+                .bind(&e.object_key)
+                .bind(date_of(e.day))
+                .bind(e.rows as i64)
+                .bind(e.bytes as i64)
+                .bind(&e.sha256)
+                .bind(e.schema_version as i32)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::postgres("insert manifest"))?;
+        }
+        let bytes = entries.iter().map(|e| e.bytes).sum();
+        set_state(&mut *tx, day, DayState::Verified, fingerprint, entries.len() as u32, bytes).await?;
+        tx.commit().await.map_err(StoreError::postgres("commit manifest"))
+    }
+
+    /// The manifest rows of one day, or of every day.
+    pub async fn manifest(&self, day: Option<Day>) -> Result<Vec<ManifestEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT object_key, day, rows, bytes, sha256, schema_version FROM cold_manifest \
+             WHERE $1::date IS NULL OR day = $1 ORDER BY day, object_key",
+        )
+        .bind(day.map(date_of))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::postgres("read manifest"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(ManifestEntry {
+                    object_key: r.try_get("object_key").map_err(StoreError::postgres("decode manifest"))?,
+                    day: day_of(r.try_get("day").map_err(StoreError::postgres("decode manifest"))?),
+                    rows: r.try_get::<i64, _>("rows").map_err(StoreError::postgres("decode manifest"))? as u64,
+                    bytes: r.try_get::<i64, _>("bytes").map_err(StoreError::postgres("decode manifest"))? as u64,
+                    sha256: r.try_get("sha256").map_err(StoreError::postgres("decode manifest"))?,
+                    schema_version: r.try_get::<i32, _>("schema_version").map_err(StoreError::postgres("decode manifest"))? as u32,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes the audit row of a hot-partition drop and marks the day
+    /// released, atomically (the drop itself already happened and is
+    /// idempotent). The day keeps the fingerprint its archive was verified against.
+    pub async fn record_release(&self, day: Day, audit: &AuditEntry) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
+        insert_audit(&mut *tx, audit).await?;
+        sqlx::query("UPDATE compactor_days SET state = 'released', updated_at = now(), last_error = NULL WHERE day = $1")
+            .bind(date_of(day))
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::postgres("record release"))?;
+        tx.commit().await.map_err(StoreError::postgres("commit release"))
+    }
+
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        insert_audit(&self.pool, entry).await
+    }
+}
+
+fn day_record(r: &sqlx::postgres::PgRow) -> Result<DayRecord, StoreError> {
+    let decode = StoreError::postgres;
+    Ok(DayRecord {
+        day: day_of(r.try_get("day").map_err(decode("decode day state"))?),
+        state: r.try_get::<String, _>("state").map_err(decode("decode day state"))?.parse()?,
+        hot_rows: r.try_get::<i64, _>("hot_rows").map_err(decode("decode day state"))? as u64,
+        fingerprint: r.try_get("fingerprint").map_err(decode("decode day state"))?,
+        objects: r.try_get::<i32, _>("objects").map_err(decode("decode day state"))? as u32,
+        bytes: r.try_get::<i64, _>("bytes").map_err(decode("decode day state"))? as u64,
+        last_error: r.try_get("last_error").map_err(decode("decode day state"))?,
+    })
+}
+
+async fn set_state<'e, E: Executor<'e, Database = Postgres>>(
+    executor: E,
+    day: Day,
+    state: DayState,
+    fingerprint: &DayFingerprint,
+    objects: u32,
+    bytes: u64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO compactor_days (day, state, hot_rows, fingerprint, objects, bytes, updated_at, last_error) \
+         VALUES ($1, $2, $3, $4, $5, $6, now(), NULL) \
+         ON CONFLICT (day) DO UPDATE SET state = $2, hot_rows = $3, fingerprint = $4, objects = $5, bytes = $6, updated_at = now(), last_error = NULL",
+    )
+    .bind(date_of(day))
+    .bind(state.as_str())
+    .bind(fingerprint.rows as i64)
+    .bind(fingerprint.encode())
+    .bind(objects as i32)
+    .bind(bytes as i64)
+    .execute(executor)
+    .await
+    .map_err(StoreError::postgres("record day state"))?;
+    Ok(())
+}
+
+async fn insert_audit<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &AuditEntry) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO retention_audit (tier, unit, action, rows, bytes, policy, dry_run, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(e.tier)
+    .bind(&e.unit)
+    .bind(e.action)
+    .bind(e.rows.map(|r| r as i64))
+    .bind(e.bytes.map(|b| b as i64))
+    .bind(&e.policy)
+    .bind(e.dry_run)
+    .bind(e.actor)
+    .bind(&e.detail)
+    .execute(executor)
+    .await
+    .map_err(StoreError::postgres("write audit row"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn day_numbers_map_to_dates() {
+        assert_eq!(date_of(0), NaiveDate::from_ymd_opt(1970, 1, 1).expect("date"));
+        let d = crate::parse_day("2026-11-29").expect("day");
+        assert_eq!(date_of(d).to_string(), "2026-11-29");
+        assert_eq!(day_of(date_of(d)), d);
+        for s in DayState::ALL {
+            assert_eq!(s.as_str().parse::<DayState>().expect("round trip"), s);
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The config tables of the stores every component shares: `[clickhouse]`,
+//! `[postgres]`, `[cold]` and `[retention]`. Secrets (passwords, the S3
+//! secret key) come from the environment or files named here, never from
+//! values in the file or the command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::policy::Policy;
+
+/// Reads a secret from `env`, else from `file`, else none.
+fn secret(env: &str, file: Option<&PathBuf>, what: &str) -> Result<Option<String>, StoreError> {
+    if let Ok(value) = std::env::var(env) {
+        return Ok(Some(value));
+    }
+    match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|p| Some(p.trim_end_matches(['\n', '\r']).to_owned()))
+            .map_err(|e| StoreError::Config(format!("cannot read {what} {}: {e}", path.display()))),
+        None => Ok(None),
+    }
+}
+
+/// A ClickHouse database or table name (it is spliced into DDL).
+pub fn identifier(value: &str, what: &str) -> Result<(), StoreError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        && !value.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Config(format!("{what} = {value:?} must be an identifier of [A-Za-z0-9_]")))
+    }
+}
+
+/// The `[clickhouse]` table: the hot tier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClickHouseConfig {
+    /// HTTP interface. Default: "http://127.0.0.1:8123".
+    pub url: String,
+    /// Database, created if missing. Default: "inferlog".
+    pub database: String,
+    /// Table of hot rows, created if missing. Default: "inference_logs".
+    pub table: String,
+    /// Table of rejected messages (reason, field, source offset), created if missing. Default: "inference_rejects".
+    pub rejects_table: String,
+    /// User. Default: "default". The password comes from INFERLOG_CLICKHOUSE_PASSWORD or `password_file`.
+    pub user: String,
+    /// File holding the password. Default: none.
+    pub password_file: Option<PathBuf>,
+    /// Timeout of one request. Default: "60s".
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ClickHouseConfig {
+    fn default() -> Self {
+        ClickHouseConfig {
+            url: "http://127.0.0.1:8123".into(),
+            database: "inferlog".into(),
+            table: "inference_logs".into(),
+            rejects_table: "inference_rejects".into(),
+            user: "default".into(),
+            password_file: None,
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Environment variable holding the ClickHouse password.
+pub const CLICKHOUSE_PASSWORD_ENV: &str = "INFERLOG_CLICKHOUSE_PASSWORD";
+
+impl ClickHouseConfig {
+    /// The password from `INFERLOG_CLICKHOUSE_PASSWORD`, else `password_file`, else none.
+    pub fn password(&self) -> Result<Option<String>, StoreError> {
+        secret(CLICKHOUSE_PASSWORD_ENV, self.password_file.as_ref(), "clickhouse.password_file")
+    }
+
+    pub fn validate(&self) -> Result<(), StoreError> {
+        identifier(&self.database, "clickhouse.database")?;
+        identifier(&self.table, "clickhouse.table")?;
+        identifier(&self.rejects_table, "clickhouse.rejects_table")
+    }
+
+    /// A client for this server (not bound to a database).
+    pub fn client(&self) -> Result<clickhouse::Client, StoreError> {
+        let mut client = clickhouse::Client::default()
+            .with_url(&self.url)
+            .with_user(&self.user)
+            // 18.16 does not send the column types the validation needs.
+            .with_validation(false)
+            .with_compression(clickhouse::Compression::None);
+        if let Some(password) = self.password()? {
+            client = client.with_password(password);
+        }
+        Ok(client)
+    }
+}
+
+/// The `[postgres]` table: the aggregates tier and the catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Connection URL without the password. Default: "postgres://postgres@127.0.0.1:5432/inferlog".
+    pub url: String,
+    /// Schema holding inferlog's tables, created if missing. Default: "public".
+    pub schema: String,
+    /// File holding the password; INFERLOG_POSTGRES_PASSWORD takes precedence. Default: none.
+    pub password_file: Option<PathBuf>,
+    /// Connections per process. Default: 4.
+    pub max_connections: u32,
+    /// How long to wait for a connection. Default: "10s".
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            url: "postgres://postgres@127.0.0.1:5432/inferlog".into(),
+            schema: "public".into(),
+            password_file: None,
+            max_connections: 4,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Environment variable holding the Postgres password.
+pub const POSTGRES_PASSWORD_ENV: &str = "INFERLOG_POSTGRES_PASSWORD";
+
+impl PostgresConfig {
+    pub fn password(&self) -> Result<Option<String>, StoreError> {
+        secret(POSTGRES_PASSWORD_ENV, self.password_file.as_ref(), "postgres.password_file")
+    }
+
+    pub fn validate(&self) -> Result<(), StoreError> {
+        identifier(&self.schema, "postgres.schema")?;
+        if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
+            return Err(StoreError::Config(format!("postgres.url {:?} must start with postgres://", self.url)));
+        }
+        if self.max_connections < 2 {
+            return Err(StoreError::Config("postgres.max_connections must be at least 2 (one holds the day lock)".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The `[cold]` table: where Parquet archives go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ColdConfig {
+    /// `s3://bucket/prefix/` or `file:///absolute/dir/`. Default: "file:///var/lib/inferlog/cold/".
+    pub url: String,
+    /// S3 endpoint for S3-compatible servers (MinIO, moto, Garage); empty means AWS. Default: "".
+    pub endpoint: String,
+    /// S3 region. Default: "us-east-1".
+    pub region: String,
+    /// Allow plain-HTTP endpoints (a loopback test server). Default: false.
+    pub allow_http: bool,
+    /// S3 access key id; AWS_ACCESS_KEY_ID takes precedence. Default: none.
+    pub access_key_id: Option<String>,
+    /// File holding the S3 secret key; AWS_SECRET_ACCESS_KEY takes precedence. Default: none.
+    pub secret_access_key_file: Option<PathBuf>,
+    /// Rows per Parquet row group: the unit a scan reads or skips. Default: 262144.
+    pub row_group_rows: usize,
+    /// Rows per object; a larger day is split into `part-NNNN` objects. Default: 4000000.
+    pub object_max_rows: u64,
+    /// ZSTD level of the Parquet pages (1-22). Default: 3.
+    pub zstd_level: i32,
+    /// Parts of a multipart upload sent at once. Default: 4.
+    pub upload_concurrency: usize,
+}
+
+impl Default for ColdConfig {
+    fn default() -> Self {
+        ColdConfig {
+            url: "file:///var/lib/inferlog/cold/".into(),
+            endpoint: String::new(),
+            region: "us-east-1".into(),
+            allow_http: false,
+            access_key_id: None,
+            secret_access_key_file: None,
+            row_group_rows: 262_144,
+            object_max_rows: 4_000_000,
+            zstd_level: 3,
+            upload_concurrency: 4,
+        }
+    }
+}
+
+impl ColdConfig {
+    /// The S3 secret key from AWS_SECRET_ACCESS_KEY, else `secret_access_key_file`.
+    pub fn secret_access_key(&self) -> Result<Option<String>, StoreError> {
+        secret("AWS_SECRET_ACCESS_KEY", self.secret_access_key_file.as_ref(), "cold.secret_access_key_file")
+    }
+
+    pub fn validate(&self) -> Result<(), StoreError> {
+        crate::cold::ColdLocation::parse(&self.url)?;
+        if !(1024..=16_777_216).contains(&self.row_group_rows) {
+            return Err(StoreError::Config("cold.row_group_rows must be 1024..=16777216".into()));
+        }
+        if self.object_max_rows < self.row_group_rows as u64 {
+            return Err(StoreError::Config("cold.object_max_rows must be at least cold.row_group_rows".into()));
+        }
+        if !(1..=22).contains(&self.zstd_level) || self.upload_concurrency == 0 {
+            return Err(StoreError::Config("cold.zstd_level must be 1..=22 and cold.upload_concurrency > 0".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The `[retention]` table: how long each tier keeps a day. Each is a
+/// number of days or "forever".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Raw rows in ClickHouse. Default: 7.
+    pub hot_days: Policy,
+    /// Daily aggregates in Postgres. Default: 365.
+    pub aggregate_days: Policy,
+    /// Parquet objects in the cold store. Default: 365.
+    pub cold_days: Policy,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig { hot_days: Policy::Days(7), aggregate_days: Policy::Days(365), cold_days: Policy::Days(365) }
+    }
+}
+
+impl RetentionConfig {
+    /// Ingest rejects events older than `max_event_age`; if that were longer
+    /// than the hot retention, a late event could land in a day already
+    /// archived and released, and be lost to the archive.
+    pub fn validate(&self, max_event_age: Duration) -> Result<(), StoreError> {
+        if let Policy::Days(days) = self.hot_days {
+            if max_event_age > Duration::from_secs(u64::from(days) * 86_400) {
+                return Err(StoreError::Config(format!(
+                    "schema.max_event_age ({}) must not exceed retention.hot_days ({days}): a late event would land in a day already released from the hot tier",
+                    humantime::format_duration(max_event_age)
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_values_are_named() {
+        ClickHouseConfig::default().validate().expect("defaults");
+        PostgresConfig::default().validate().expect("defaults");
+        ColdConfig::default().validate().expect("defaults");
+        RetentionConfig::default().validate(Duration::from_secs(7 * 86_400)).expect("defaults");
+        let late = RetentionConfig::default().validate(Duration::from_secs(8 * 86_400)).expect_err("8d > 7d");
+        assert!(late.to_string().contains("max_event_age"), "{late}");
+        let bad = PostgresConfig { schema: "a;b".into(), ..PostgresConfig::default() }.validate().expect_err("identifier");
+        assert!(bad.to_string().contains("postgres.schema"), "{bad}");
+        let bad = ColdConfig { url: "ftp://x/".into(), ..ColdConfig::default() }.validate().expect_err("scheme");
+        assert!(bad.to_string().contains("ftp"), "{bad}");
+    }
+}

@@ -1,0 +1,108 @@
+//! The store crate's error type: which store, which operation, which unit
+//! (table, day, object key), and the class the caller acts on.
+
+use inferlog_schema::{ErrorClass, SchemaError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("config: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    #[error("clickhouse {operation} on {table}: {source}")]
+    ClickHouse { operation: &'static str, table: String, source: clickhouse::error::Error },
+    #[error("postgres {operation}: {source}")]
+    Postgres { operation: &'static str, source: sqlx::Error },
+    #[error("postgres migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("object store {operation} of {key}: {source}")]
+    ObjectStore { operation: &'static str, key: String, source: object_store::Error },
+    #[error("metrics server on {addr}: {source}")]
+    Metrics { addr: String, source: std::io::Error },
+}
+
+impl StoreError {
+    pub fn clickhouse(operation: &'static str, table: impl Into<String>) -> impl FnOnce(clickhouse::error::Error) -> StoreError {
+        let table = table.into();
+        move |source| StoreError::ClickHouse { operation, table, source }
+    }
+
+    pub fn postgres(operation: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| StoreError::Postgres { operation, source }
+    }
+
+    pub fn object(operation: &'static str, key: impl std::fmt::Display) -> impl FnOnce(object_store::Error) -> StoreError {
+        let key = key.to_string();
+        move |source| StoreError::ObjectStore { operation, key, source }
+    }
+
+    /// Retry: the store may come back (a later pass, a retried write).
+    /// Fail: configuration or schema is wrong; exit 2.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            StoreError::ClickHouse { source, .. } => clickhouse_class(source),
+            StoreError::Postgres { source, .. } => match source {
+                sqlx::Error::Configuration(_) | sqlx::Error::ColumnNotFound(_) | sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+                    ErrorClass::Fail
+                }
+                // 42xxx: syntax error or access rule violation (undefined
+                // table, permission denied); 28xxx: authentication.
+                sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("42") || c.starts_with("28")) => ErrorClass::Fail,
+                _ => ErrorClass::Retry,
+            },
+            StoreError::ObjectStore { source, .. } => match source {
+                object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }
+                | object_store::Error::NotImplemented { .. }
+                | object_store::Error::UnknownConfigurationKey { .. } => ErrorClass::Fail,
+                _ => ErrorClass::Retry,
+            },
+            StoreError::Schema(e) => e.class(),
+            StoreError::Config(_) | StoreError::Migrate(_) | StoreError::Metrics { .. } => ErrorClass::Fail,
+        }
+    }
+}
+
+/// ClickHouse error codes that no retry can fix: the schema or the
+/// credentials are wrong (unknown table/database/column, type mismatch,
+/// unparsable data, syntax, authentication).
+const PERMANENT_CODES: [u32; 20] = [6, 16, 26, 27, 36, 41, 43, 44, 47, 48, 53, 60, 62, 70, 81, 192, 193, 194, 497, 516];
+
+/// Anything but a known-permanent server error is retried: network
+/// failures, timeouts, overload, and whatever a server says while it shuts
+/// down or starts.
+pub fn clickhouse_class(error: &clickhouse::error::Error) -> ErrorClass {
+    use clickhouse::error::Error;
+    match error {
+        Error::BadResponse(text) => {
+            let code = text
+                .split("Code: ")
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|digits| digits.parse::<u32>().ok());
+            match code {
+                Some(code) if PERMANENT_CODES.contains(&code) => ErrorClass::Fail,
+                _ => ErrorClass::Retry,
+            }
+        }
+        _ => ErrorClass::Retry,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class_of(text: &str) -> ErrorClass {
+        clickhouse_class(&clickhouse::error::Error::BadResponse(text.to_owned()))
+    }
+
+    #[test]
+    fn permanent_server_errors_fail_and_transient_ones_retry() {
+        assert_eq!(class_of("Code: 60, e.displayText() = DB::Exception: Table default.x doesn't exist."), ErrorClass::Fail);
+        assert_eq!(class_of("Code: 252, e.displayText() = DB::Exception: Too many parts"), ErrorClass::Retry);
+        assert_eq!(class_of("502 Bad Gateway"), ErrorClass::Retry);
+        assert_eq!(class_of("Code: 394, e.displayText() = DB::Exception: Query was cancelled"), ErrorClass::Retry);
+        assert_eq!(class_of("Code: 516, e.displayText() = DB::Exception: default: Authentication failed"), ErrorClass::Fail);
+    }
+}

@@ -1,0 +1,176 @@
+//! The hot tier as the compactor and retention see it: the day partitions
+//! of the ClickHouse table ingest writes, what each holds, and dropping one.
+//! (Ingest owns the table's DDL and its inserts.)
+
+use clickhouse::{Client, Row};
+use serde::Deserialize;
+
+use crate::config::ClickHouseConfig;
+use crate::error::StoreError;
+use crate::Day;
+
+/// One day partition of the hot table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotPartition {
+    pub day: Day,
+    /// Rows in active parts (before ReplacingMergeTree collapses retries).
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// Figures of one day's rows that any copy of them must reproduce: the
+/// archive is verified against it, and a change means late rows arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Row, Deserialize)]
+pub struct DayFingerprint {
+    pub rows: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub errors: u64,
+    pub min_timestamp_ms: u64,
+    pub max_timestamp_ms: u64,
+}
+
+impl DayFingerprint {
+    pub const EMPTY: DayFingerprint =
+        DayFingerprint { rows: 0, input_tokens: 0, output_tokens: 0, errors: 0, min_timestamp_ms: 0, max_timestamp_ms: 0 };
+
+    /// A stable text form, stored in the catalog.
+    pub fn encode(&self) -> String {
+        format!(
+            "rows={} in={} out={} err={} ts={}..{}",
+            self.rows, self.input_tokens, self.output_tokens, self.errors, self.min_timestamp_ms, self.max_timestamp_ms
+        )
+    }
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct PartitionRow {
+    partition_id: String,
+    rows: u64,
+    bytes: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct VersionRow {
+    version: String,
+}
+
+/// The hot table, for reading and releasing whole days.
+#[derive(Clone)]
+pub struct HotTier {
+    client: Client,
+    pub database: String,
+    pub table: String,
+}
+
+impl std::fmt::Debug for HotTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotTier").field("database", &self.database).field("table", &self.table).finish_non_exhaustive()
+    }
+}
+
+/// `(major, minor)` of a ClickHouse version string.
+pub fn parse_version(v: &str) -> (u32, u32) {
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+impl HotTier {
+    pub fn new(config: &ClickHouseConfig) -> Result<HotTier, StoreError> {
+        Ok(HotTier { client: config.client()?, database: config.database.clone(), table: config.table.clone() })
+    }
+
+    /// The client, for stage-specific queries.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `database.table`.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.database, self.table)
+    }
+
+    pub fn error(&self, operation: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StoreError {
+        StoreError::clickhouse(operation, self.qualified())
+    }
+
+    pub async fn server_version(&self) -> Result<(u32, u32), StoreError> {
+        let row = self
+            .client
+            .query("SELECT version() AS version")
+            .fetch_one::<VersionRow>()
+            .await
+            .map_err(self.error("version"))?;
+        Ok(parse_version(&row.version))
+    }
+
+    /// Whether the table exists (ingest creates it on its first start).
+    pub async fn exists(&self) -> Result<bool, StoreError> {
+        #[derive(Debug, Row, Deserialize)]
+        struct Count {
+            n: u64,
+        }
+        let row = self
+            .client
+            .query("SELECT count() AS n FROM system.tables WHERE database = ? AND name = ?")
+            .bind(&self.database)
+            .bind(&self.table)
+            .fetch_one::<Count>()
+            .await
+            .map_err(self.error("table lookup"))?;
+        Ok(row.n > 0)
+    }
+
+    /// Every day partition with rows, oldest first. Empty when the table does not exist yet.
+    pub async fn partitions(&self) -> Result<Vec<HotPartition>, StoreError> {
+        // partition_id of a `PARTITION BY day` (Date) table is YYYYMMDD on 18.16 and current releases.
+        let rows = self
+            .client
+            .query(
+                "SELECT partition_id, sum(rows) AS rows, sum(bytes_on_disk) AS bytes FROM system.parts \
+                 WHERE database = ? AND table = ? AND active GROUP BY partition_id ORDER BY partition_id",
+            )
+            .bind(&self.database)
+            .bind(&self.table)
+            .fetch_all::<PartitionRow>()
+            .await
+            .map_err(self.error("partition listing"))?;
+        let mut partitions = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = &row.partition_id;
+            let day = (id.len() == 8)
+                .then(|| crate::parse_day(&format!("{}-{}-{}", &id[..4], &id[4..6], &id[6..])))
+                .flatten()
+                .ok_or_else(|| StoreError::Config(format!("{}: partition id {id:?} is not a day (YYYYMMDD)", self.qualified())))?;
+            if row.rows > 0 {
+                partitions.push(HotPartition { day, rows: row.rows, bytes: row.bytes });
+            }
+        }
+        Ok(partitions)
+    }
+
+    /// The fingerprint of one day's rows, after collapsing producer retries (`FINAL`).
+    pub async fn fingerprint(&self, day: Day) -> Result<DayFingerprint, StoreError> {
+        let sql = format!(
+            "SELECT count() AS rows, sum(toUInt64(input_tokens)) AS input_tokens, sum(toUInt64(output_tokens)) AS output_tokens, \
+             countIf(error_code != 0) AS errors, min(timestamp_ms) AS min_timestamp_ms, max(timestamp_ms) AS max_timestamp_ms \
+             FROM {} FINAL WHERE day = toDate(?)",
+            self.qualified()
+        );
+        let fp = self
+            .client
+            .query(&sql)
+            .bind(crate::day_string(day))
+            .fetch_one::<DayFingerprint>()
+            .await
+            .map_err(self.error("fingerprint"))?;
+        Ok(if fp.rows == 0 { DayFingerprint::EMPTY } else { fp })
+    }
+
+    /// Drops one day's partition. Dropping a day that holds nothing succeeds,
+    /// so a drop repeated after a crash is harmless.
+    pub async fn drop_day(&self, day: Day) -> Result<(), StoreError> {
+        let sql = format!("ALTER TABLE {} DROP PARTITION ?", self.qualified());
+        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("drop partition"))
+    }
+}

@@ -1,0 +1,51 @@
+//! Seeds the hot tier directly, for tests and benchmarks of the tiers after
+//! ingest: generated events, normalized by the real contract, written as
+//! ingest writes them (the same `HotRow`s and the same ClickHouse sink),
+//! but with timestamps of any age, which ingest would reject as too old.
+
+use std::sync::Arc;
+
+use inferlog_ingest::clickhouse_sink::{ClickHouseSink, HotRow};
+use inferlog_schema::generate::{Generator, GeneratorConfig};
+use inferlog_schema::hash::UserIdHasher;
+use inferlog_schema::{Contract, ContractConfig, InferenceEvent};
+use inferlog_store::ClickHouseConfig;
+
+/// The hash key seeded rows are hashed with.
+pub const SEED_HASH_KEY: &[u8] = b"integration-test-hash-key-0123456789";
+
+/// `count` valid events over `days` days ending at `end_ms` (exclusive), normalized.
+pub fn seeded_events(count: usize, days: u32, end_ms: i64, seed: u64) -> Vec<InferenceEvent> {
+    let contract = Contract::new(&ContractConfig::default()).expect("default contract");
+    let hasher = UserIdHasher::new(SEED_HASH_KEY, None, "test").expect("hash key");
+    Generator::new(GeneratorConfig { seed, days, end_ms, invalid_ratio: 0.0 })
+        .take(count)
+        .map(|g| contract.normalize(&g.line, None, &hasher).expect("generated valid event").event)
+        .collect()
+}
+
+/// Creates `database.table` as ingest does and inserts `events`, one INSERT per day and 100k rows.
+pub fn insert_hot(clickhouse_url: &str, database: &str, table: &str, events: &[InferenceEvent]) {
+    let config = ClickHouseConfig {
+        url: clickhouse_url.to_owned(),
+        database: database.to_owned(),
+        table: table.to_owned(),
+        rejects_table: format!("{table}_rejects"),
+        ..ClickHouseConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let sink = ClickHouseSink::new(&config).expect("sink");
+        sink.ensure_schema().await.expect("create the hot table");
+        let topic: Arc<str> = Arc::from("seeded");
+        let ingested_at = (crate::now_ms() / 1000) as u32;
+        let mut rows: Vec<HotRow> =
+            events.iter().enumerate().map(|(i, e)| HotRow::new(e.clone(), topic.clone(), 0, i as i64, ingested_at)).collect();
+        rows.sort_by_key(|r| (r.day, r.kafka_offset));
+        for day_rows in rows.chunk_by(|a, b| a.day == b.day) {
+            for chunk in day_rows.chunks(100_000) {
+                sink.insert_rows(chunk, false).await.expect("insert seeded rows");
+            }
+        }
+    });
+}
