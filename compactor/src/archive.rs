@@ -29,9 +29,8 @@
 //! | ingested_at | INT64 TIMESTAMP(MILLIS, UTC) | no |
 //!
 //! File key-value metadata: `inferlog.schema_version`, `inferlog.day`,
-//! `inferlog.part`, `inferlog.source` (the ClickHouse table). Nothing in a
-//! file depends on when it was written, so re-archiving unchanged rows
-//! gives byte-identical objects.
+//! `inferlog.part`. Nothing in a file depends on when or from which table
+//! it was written, so re-archiving unchanged rows gives byte-identical objects.
 
 use std::sync::{Arc, Mutex};
 
@@ -318,7 +317,6 @@ impl Archiver {
                 kv("inferlog.schema_version", SCHEMA_VERSION.to_string()),
                 kv("inferlog.day", inferlog_store::day_string(day)),
                 kv("inferlog.part", part.to_string()),
-                kv("inferlog.source", self.hot.qualified()),
             ]))
             .build()
     }

@@ -43,7 +43,7 @@ impl Default for CompactorConfig {
 }
 
 /// Everything the compactor reads from the config file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Config {
     pub schema: ContractConfig,
     pub clickhouse: ClickHouseConfig,
@@ -51,19 +51,6 @@ pub struct Config {
     pub cold: ColdConfig,
     pub retention: RetentionConfig,
     pub compactor: CompactorConfig,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            schema: ContractConfig::default(),
-            clickhouse: ClickHouseConfig::default(),
-            postgres: PostgresConfig::default(),
-            cold: ColdConfig::default(),
-            retention: RetentionConfig::default(),
-            compactor: CompactorConfig::default(),
-        }
-    }
 }
 
 impl Config {

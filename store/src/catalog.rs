@@ -92,8 +92,14 @@ pub struct AuditEntry {
     pub detail: Option<String>,
 }
 
-/// The namespace of inferlog's advisory locks ("ILOG"); the second key is the day.
-const LOCK_SPACE: i32 = 0x494C_4F47;
+/// The first key of inferlog's advisory locks: a hash of the catalog's
+/// schema, so two deployments sharing a database never block each other;
+/// the second key is the day.
+fn lock_space(schema: &str) -> i32 {
+    // FNV-1a: stable across builds and platforms (unlike std's hasher).
+    let hash = format!("inferlog.{schema}").bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    hash as i32
+}
 
 pub fn date_of(day: Day) -> NaiveDate {
     NaiveDate::from_num_days_from_ce_opt(day + 719_163).unwrap_or_default()
@@ -110,13 +116,14 @@ use chrono::Datelike;
 #[derive(Debug)]
 pub struct DayLock {
     conn: Option<sqlx::pool::PoolConnection<Postgres>>,
+    space: i32,
     day: Day,
 }
 
 impl DayLock {
     pub async fn unlock(mut self) {
         if let Some(mut conn) = self.conn.take() {
-            let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(LOCK_SPACE).bind(self.day).execute(&mut *conn).await;
+            let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(self.space).bind(self.day).execute(&mut *conn).await;
             if unlocked.is_err() {
                 // The lock may still be held by this session: never reuse it.
                 conn.close_on_drop();
@@ -138,6 +145,7 @@ impl Drop for DayLock {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     pool: PgPool,
+    lock_space: i32,
 }
 
 impl Catalog {
@@ -172,7 +180,7 @@ impl Catalog {
             }
         }
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Catalog { pool })
+        Ok(Catalog { pool, lock_space: lock_space(&config.schema) })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -183,12 +191,12 @@ impl Catalog {
     pub async fn try_lock_day(&self, day: Day) -> Result<Option<DayLock>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(StoreError::postgres("acquire"))?;
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
-            .bind(LOCK_SPACE)
+            .bind(self.lock_space)
             .bind(day)
             .fetch_one(&mut *conn)
             .await
             .map_err(StoreError::postgres("advisory lock"))?;
-        Ok(locked.then_some(DayLock { conn: Some(conn), day }))
+        Ok(locked.then_some(DayLock { conn: Some(conn), space: self.lock_space, day }))
     }
 
     pub async fn day(&self, day: Day) -> Result<Option<DayRecord>, StoreError> {
@@ -355,6 +363,12 @@ async fn insert_audit<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_spaces_differ_per_schema_and_are_stable() {
+        assert_eq!(lock_space("public"), lock_space("public"));
+        assert_ne!(lock_space("public"), lock_space("other"));
+    }
 
     #[test]
     fn day_numbers_map_to_dates() {

@@ -18,6 +18,7 @@ use inferlog_schema::ReasonCode;
 use sha2::{Digest, Sha256};
 
 pub mod seed;
+pub mod tiers;
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()

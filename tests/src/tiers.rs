@@ -1,0 +1,185 @@
+//! Helpers for the tests of the tiers after ingest (compactor, retention):
+//! a scenario with its own hot table, Postgres schema and cold prefix; the
+//! real binaries as child processes; Postgres through `psql` and the cold
+//! store through Python (boto3, pyarrow), independent of inferlog's code.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use inferlog_schema::timestamp::MS_PER_DAY;
+use inferlog_schema::InferenceEvent;
+
+use crate::{bin, clickhouse, clickhouse_url, repo_root, unique};
+
+pub fn s3_endpoint() -> String {
+    std::env::var("INFERLOG_TEST_S3_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9303".into())
+}
+
+pub fn postgres_url() -> String {
+    std::env::var("INFERLOG_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inferlog".into())
+}
+
+/// Today's UTC day number.
+pub fn today() -> i32 {
+    (crate::now_ms() / MS_PER_DAY) as i32
+}
+
+pub fn day_string(day: i32) -> String {
+    inferlog_schema::timestamp::utc_day(i64::from(day) * MS_PER_DAY)
+}
+
+/// One test's hot table, Postgres schema and cold prefix, and the config naming them.
+#[derive(Debug)]
+pub struct TierScenario {
+    pub dir: tempfile::TempDir,
+    pub id: String,
+    pub table: String,
+    pub schema: String,
+    pub prefix: String,
+    pub config: PathBuf,
+}
+
+impl TierScenario {
+    /// `extra` is appended to the config file (more tables).
+    pub fn new(name: &str, extra: &str) -> TierScenario {
+        TierScenario::with(name, "", extra)
+    }
+
+    /// Like [`TierScenario::new`], with `cold_extra` added to the `[cold]` table.
+    pub fn with(name: &str, cold_extra: &str, extra: &str) -> TierScenario {
+        let id = unique(name).to_ascii_lowercase();
+        let dir = tempfile::Builder::new().prefix(&format!("inferlog-{id}-")).tempdir().expect("temp dir");
+        let s = TierScenario {
+            table: format!("{id}_logs"),
+            schema: id.clone(),
+            prefix: format!("{id}/"),
+            config: dir.path().join("inferlog.toml"),
+            id,
+            dir,
+        };
+        let toml = format!(
+            "[clickhouse]\nurl = \"{}\"\ndatabase = \"inferlog_test\"\ntable = \"{}\"\n\n\
+             [postgres]\nurl = \"{}\"\nschema = \"{}\"\n\n\
+             [cold]\nurl = \"s3://inferlog-cold/{}\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n{cold_extra}\n\
+             [compactor]\nmetrics_addr = \"\"\nlateness = \"1h\"\n\n{extra}\n",
+            clickhouse_url(),
+            s.table,
+            postgres_url(),
+            s.schema,
+            s.prefix,
+            s3_endpoint()
+        );
+        std::fs::write(&s.config, toml).expect("write config");
+        s
+    }
+
+    pub fn qualified_table(&self) -> String {
+        format!("inferlog_test.{}", self.table)
+    }
+
+    /// Seeds `count` valid events over `days` days, the last one `last_day`, into this scenario's hot table.
+    pub fn seed(&self, count: usize, days: u32, last_day: i32, seed: u64) -> Vec<InferenceEvent> {
+        let end_ms = (i64::from(last_day) + 1) * MS_PER_DAY;
+        let events = crate::seed::seeded_events(count, days, end_ms, seed);
+        crate::seed::insert_hot(&clickhouse_url(), "inferlog_test", &self.table, &events);
+        events
+    }
+
+    /// A command running `binary` on this scenario's config, stderr to `log`.
+    pub fn command(&self, binary: &str, args: &[&str], log: &str, env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(bin(binary));
+        cmd.arg("--config").arg(&self.config).args(args);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join(log)).expect("log file");
+        cmd.env("AWS_SECRET_ACCESS_KEY", "inferlog-local")
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        cmd
+    }
+
+    pub fn spawn(&self, binary: &str, args: &[&str], log: &str, env: &[(&str, &str)]) -> Child {
+        self.command(binary, args, log, env).spawn().expect("spawn")
+    }
+
+    /// Runs `binary` to completion: its exit code and stdout.
+    pub fn run(&self, binary: &str, args: &[&str], log: &str) -> (i32, String) {
+        let out: Output = self.command(binary, args, log, &[]).output().expect("run");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    /// Runs SQL in this scenario's Postgres schema; rows as tab-separated lines.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = Command::new("psql")
+            .args([&postgres_url(), "-X", "-q", "-At", "-F", "\t", "-v", "ON_ERROR_STOP=1", "-c"])
+            .arg(format!("SET search_path TO \"{}\"; {sql}", self.schema))
+            .output()
+            .expect("psql");
+        assert!(out.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+
+    /// The objects under this scenario's prefix as (key, size), read with boto3.
+    pub fn s3_objects(&self) -> Vec<(String, u64)> {
+        let script = "import sys, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='inferlog', aws_secret_access_key='inferlog-local')\n\
+            for page in s3.get_paginator('list_objects_v2').paginate(Bucket='inferlog-cold', Prefix=sys.argv[2]):\n\
+            \x20   for o in page.get('Contents', []): print(o['Key'], o['Size'])\n";
+        let out = Command::new("python3").args(["-c", script, &s3_endpoint(), &self.prefix]).output().expect("python3");
+        assert!(out.status.success(), "listing s3: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.rsplit_once(' ').map(|(k, s)| (k.to_owned(), s.parse().unwrap_or(0))))
+            .collect()
+    }
+
+    /// Reads every archive object with pyarrow (`tests/scripts/read_archive.py`).
+    pub fn read_archive(&self, sample: usize) -> serde_json::Value {
+        let script = repo_root().join("tests/scripts/read_archive.py");
+        let out = Command::new("python3")
+            .arg(script)
+            .args([&s3_endpoint(), "inferlog-cold", &self.prefix, &sample.to_string()])
+            .output()
+            .expect("python3");
+        assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("json")
+    }
+
+    /// Hot rows per day: (day, rows).
+    pub fn hot_days(&self) -> Vec<(String, u64)> {
+        clickhouse(&format!("SELECT toString(day), count() FROM {} GROUP BY day ORDER BY day", self.qualified_table()))
+            .lines()
+            .filter_map(|l| l.split_once('\t').map(|(d, n)| (d.to_owned(), n.parse().unwrap_or(0))))
+            .collect()
+    }
+
+    /// Everything the compactor leaves behind, without times, ids or this
+    /// scenario's names: for comparing two runs.
+    pub fn end_state(&self) -> String {
+        let strip = |s: String| s.replace(&self.prefix, "<prefix>/").replace(&self.qualified_table(), "<table>");
+        let mut state = String::new();
+        state += &self.psql("SELECT day, state, hot_rows, fingerprint, objects, bytes, last_error FROM compactor_days ORDER BY day");
+        state += "\n--manifest\n";
+        state += &self.psql("SELECT object_key, day, rows, bytes, sha256, schema_version FROM cold_manifest ORDER BY object_key");
+        state += "\n--aggregates\n";
+        state += &self.psql("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*) FROM (SELECT * FROM daily_aggregates) s, LATERAL (SELECT (s.day, s.business_line, s.model_name, s.model_version, s.input_bucket, s.requests, s.errors, s.input_tokens, s.output_tokens, s.cache_hits, s.cache_prefix_tokens, s.total_latency_p50_ms, s.total_latency_p99_ms, s.ttft_p95_ms, s.decode_p99_ms) AS t) x");
+        state += "\n--errors\n";
+        state += &self.psql("SELECT count(*), sum(errors) FROM daily_errors");
+        state += "\n--audit\n";
+        state += &self.psql("SELECT tier, unit, action, rows, bytes, policy, dry_run, actor, detail FROM retention_audit ORDER BY tier, unit, action");
+        state += "\n--objects\n";
+        for (key, size) in self.s3_objects() {
+            state += &format!("{key} {size}\n");
+        }
+        state += "--hot\n";
+        for (day, rows) in self.hot_days() {
+            state += &format!("{day} {rows}\n");
+        }
+        strip(state)
+    }
+}

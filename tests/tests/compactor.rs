@@ -1,0 +1,301 @@
+//! The compactor against the real ClickHouse, Postgres and S3 server:
+//! aggregates equal figures computed here from the generated events,
+//! the archive is readable by pyarrow and matches ClickHouse, a re-run
+//! changes nothing, late rows are re-archived, and a `kill -9` at every
+//! state transition converges to the end state of an uninterrupted run.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use inferlog_schema::timestamp::MS_PER_DAY;
+use inferlog_schema::InferenceEvent;
+use inferlog_tests::tiers::{day_string, today, TierScenario};
+use inferlog_tests::clickhouse;
+
+type GroupKey = (String, String, String, String, String);
+
+#[derive(Debug, Default)]
+struct Group {
+    requests: u64,
+    errors: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_hits: u64,
+    cache_prefix_tokens: u64,
+    /// total, ttft, tpot, queue, prefill, decode
+    durations: [Vec<f64>; 6],
+}
+
+/// The nearest-rank percentile the aggregates document: the value at 0-based position floor(q·n).
+fn percentile(values: &mut [f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let index = ((q * values.len() as f64) as usize).min(values.len() - 1);
+    Some(values[index])
+}
+
+fn expected_groups(events: &[InferenceEvent]) -> BTreeMap<GroupKey, Group> {
+    let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
+    for e in events {
+        let key = (
+            inferlog_schema::timestamp::utc_day(e.timestamp_ms),
+            e.business_line.clone(),
+            e.model_name.clone(),
+            e.model_version.clone(),
+            e.input_bucket().as_str().to_owned(),
+        );
+        let g = groups.entry(key).or_default();
+        g.requests += 1;
+        g.errors += u64::from(e.error_code != 0);
+        g.input_tokens += u64::from(e.input_tokens);
+        g.output_tokens += u64::from(e.output_tokens);
+        g.cache_hits += u64::from(e.cache_hit == Some(true));
+        g.cache_prefix_tokens += u64::from(e.cache_prefix_tokens.unwrap_or(0));
+        let values = [Some(e.total_latency_ms), e.ttft_ms, e.tpot_ms, e.queue_wait_ms, e.prefill_time_ms, e.decode_time_ms];
+        for (column, value) in g.durations.iter_mut().zip(values) {
+            if let Some(v) = value {
+                column.push(v);
+            }
+        }
+    }
+    groups
+}
+
+const AGGREGATE_COLUMNS: &str = "day, business_line, model_name, model_version, input_bucket, requests, errors, input_tokens, \
+    output_tokens, cache_hits, cache_prefix_tokens, total_latency_p50_ms, total_latency_p95_ms, total_latency_p99_ms, \
+    ttft_p50_ms, ttft_p95_ms, ttft_p99_ms, tpot_p50_ms, tpot_p95_ms, tpot_p99_ms, queue_wait_p50_ms, queue_wait_p95_ms, \
+    queue_wait_p99_ms, prefill_p50_ms, prefill_p95_ms, prefill_p99_ms, decode_p50_ms, decode_p95_ms, decode_p99_ms";
+
+fn assert_aggregates_match(s: &TierScenario, events: &[InferenceEvent]) {
+    let mut expected = expected_groups(events);
+    let stored = s.psql(&format!("SELECT {AGGREGATE_COLUMNS} FROM daily_aggregates ORDER BY 1, 2, 3, 4, 5"));
+    let mut seen = 0;
+    for line in stored.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 29, "{line}");
+        let key = (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].to_owned());
+        let g = expected.get_mut(&key).unwrap_or_else(|| panic!("unexpected group {key:?}"));
+        let n = |i: usize| f[i].parse::<u64>().unwrap_or_else(|e| panic!("{line}: column {i}: {e}"));
+        assert_eq!(
+            (n(5), n(6), n(7), n(8), n(9), n(10)),
+            (g.requests, g.errors, g.input_tokens, g.output_tokens, g.cache_hits, g.cache_prefix_tokens),
+            "{key:?}: counts and sums"
+        );
+        for (d, values) in g.durations.iter_mut().enumerate() {
+            for (l, q) in [0.5, 0.95, 0.99].into_iter().enumerate() {
+                let text = f[11 + d * 3 + l];
+                let stored = (!text.is_empty()).then(|| text.parse::<f64>().expect("float"));
+                assert_eq!(stored, percentile(values, q), "{key:?}: duration {d} p{q} (exact nearest rank)");
+            }
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, expected.len(), "every group of the input is stored, and nothing else");
+
+    let mut errors: BTreeMap<(String, String, String, String, i32, String), u64> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.error_code != 0) {
+        let key = (
+            inferlog_schema::timestamp::utc_day(e.timestamp_ms),
+            e.business_line.clone(),
+            e.model_name.clone(),
+            e.model_version.clone(),
+            e.error_code,
+            e.error_stage.map(|s| s.as_str().to_owned()).unwrap_or_default(),
+        );
+        *errors.entry(key).or_default() += 1;
+    }
+    let stored = s.psql("SELECT day, business_line, model_name, model_version, error_code, error_stage, errors, error_name FROM daily_errors ORDER BY 1, 2, 3, 4, 5, 6");
+    let mut found = BTreeMap::new();
+    for line in stored.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_ne!(f[7], "unknown", "every code has its dictionary name: {line}");
+        found.insert(
+            (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].parse().expect("code"), f[5].to_owned()),
+            f[6].parse::<u64>().expect("count"),
+        );
+    }
+    assert_eq!(found, errors, "error counts per (day, business line, model, version, code, stage)");
+}
+
+#[test]
+fn aggregates_equal_independent_figures_and_a_rerun_changes_nothing() {
+    let s = TierScenario::new("cmp_agg", "");
+    // Three closed days, recent enough to stay hot (retention 7 days).
+    let last = today() - 2;
+    let events = s.seed(30_000, 3, last, 11);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "first.log");
+    assert_eq!(code, 0, "{}", s.log("first.log"));
+    let states = s.psql("SELECT day, state, hot_rows FROM compactor_days ORDER BY day");
+    let expected_states: Vec<String> = (0..3)
+        .map(|i| {
+            let day = last - 2 + i;
+            let rows = events.iter().filter(|e| e.timestamp_ms.div_euclid(MS_PER_DAY) == i64::from(day)).count();
+            format!("{}\taggregated\t{rows}", day_string(day))
+        })
+        .collect();
+    assert_eq!(states, expected_states.join("\n"), "every closed day complete and still hot");
+    assert_aggregates_match(&s, &events);
+    assert_eq!(s.hot_days().iter().map(|(_, n)| n).sum::<u64>(), events.len() as u64, "nothing released before the hot retention");
+
+    // Re-running a day (and a whole pass) gives the same aggregates, objects and manifest.
+    let before = s.end_state();
+    let (code, _) = s.run("inferlog-compactor", &["--day", &day_string(last - 1)], "rerun-day.log");
+    assert_eq!(code, 0, "{}", s.log("rerun-day.log"));
+    assert!(s.log("rerun-day.log").contains("state=\"archiving\""), "--day redoes the day even though nothing changed");
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "rerun.log");
+    assert_eq!(code, 0, "{}", s.log("rerun.log"));
+    assert!(!s.log("rerun.log").contains("state=\"archiving\""), "a pass leaves complete, unchanged days alone");
+    assert_eq!(s.end_state(), before, "same aggregates, same object keys and bytes, same manifest");
+    assert_aggregates_match(&s, &events);
+
+    // A day that is not closed yet is refused, with the reason.
+    let (code, _) = s.run("inferlog-compactor", &["--day", &day_string(today())], "open.log");
+    assert_eq!(code, 2);
+    assert!(s.log("open.log").contains("not closed"), "{}", s.log("open.log"));
+}
+
+#[test]
+fn the_archive_is_readable_by_pyarrow_and_matches_clickhouse() {
+    let s = TierScenario::with("cmp_pq", "row_group_rows = 4096\nobject_max_rows = 10000\n", "");
+    let last = today() - 3;
+    let events = s.seed(24_000, 2, last, 12);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "run.log");
+    assert_eq!(code, 0, "{}", s.log("run.log"));
+
+    let objects = s.read_archive(20);
+    let objects = objects.as_array().expect("list");
+    let manifest = s.psql("SELECT object_key, rows, bytes FROM cold_manifest ORDER BY object_key");
+    assert_eq!(manifest.lines().count(), objects.len(), "one manifest row per object");
+    let mut total = 0;
+    for (object, row) in objects.iter().zip(manifest.lines()) {
+        let key = object["key"].as_str().expect("key");
+        let f: Vec<&str> = row.split('\t').collect();
+        assert_eq!(f[0], key);
+        assert_eq!(object["num_rows"].as_u64().map(|n| n.to_string()).as_deref(), Some(f[1]), "{key}: rows");
+        assert_eq!(object["size"].as_u64().map(|n| n.to_string()).as_deref(), Some(f[2]), "{key}: bytes");
+        assert!(key.contains("/dt=") && key.ends_with(".parquet"), "{key}");
+        assert!(object["num_rows"].as_u64().expect("rows") <= 10_000, "objects split at object_max_rows");
+        let rows = object["num_rows"].as_u64().expect("rows");
+        assert_eq!(object["row_groups"].as_u64(), Some(rows.div_ceil(4096)), "{key}: row groups of row_group_rows");
+        assert_eq!(object["compression"], "ZSTD");
+        assert_eq!(object["metadata"]["inferlog.schema_version"], "1");
+        assert_eq!(object["columns"]["timestamp"], "timestamp[ms, tz=UTC]");
+        assert_eq!(object["columns"]["ingested_at"], "timestamp[ms, tz=UTC]");
+        assert_eq!(object["columns"]["input_tokens"], "int64");
+        assert_eq!(object["columns"]["request_id"], "string");
+        assert_eq!(object["columns"]["cache_hit"], "bool");
+        assert_eq!(object["columns"]["ttft_ms"], "double");
+        let physical = object["physical"]["timestamp"].as_str().expect("type");
+        assert!(physical.starts_with("INT64/Timestamp(isAdjustedToUTC=true, timeUnit=milliseconds"), "{physical}");
+        total += object["num_rows"].as_u64().expect("rows");
+        let day = key.split("dt=").nth(1).and_then(|r| r.get(..10)).expect("day");
+        assert_eq!(object["metadata"]["inferlog.day"], day);
+        for sample in object["sample"].as_array().expect("sample") {
+            let id = sample["request_id"].as_str().expect("request_id");
+            let hot = clickhouse(&format!(
+                "SELECT timestamp_ms, business_line, model_version, input_tokens, ifNull(toString(ttft_ms), 'null'), ifNull(user_id_hash, 'null'), toString(day) \
+                 FROM {} WHERE request_id = '{id}' FORMAT TSV",
+                s.qualified_table()
+            ));
+            let f: Vec<&str> = hot.split('\t').collect();
+            assert_eq!(sample["timestamp"].as_i64().map(|t| t.to_string()).as_deref(), Some(f[0]), "{id}: timestamp");
+            assert_eq!(sample["business_line"].as_str(), Some(f[1]));
+            assert_eq!(sample["model_version"].as_str(), Some(f[2]));
+            assert_eq!(sample["input_tokens"].as_i64().map(|t| t.to_string()).as_deref(), Some(f[3]));
+            let ttft = sample["ttft_ms"].as_f64().map_or("null".to_owned(), |v| v.to_string());
+            assert_eq!(ttft.parse::<f64>().ok(), f[4].parse::<f64>().ok(), "{id}: ttft");
+            assert_eq!(sample["user_id_hash"].as_str().unwrap_or("null"), f[5]);
+            assert_eq!(f[6], day, "{id} is archived under its own day");
+        }
+    }
+    assert_eq!(total, events.len() as u64, "every hot row is archived once");
+    // No plaintext user id reaches the archive.
+    for object in objects {
+        for sample in object["sample"].as_array().expect("sample") {
+            if let Some(hash) = sample["user_id_hash"].as_str() {
+                assert!(hash.len() == 73 && hash.as_bytes()[8] == b':', "stored as keyid:hex: {hash}");
+            }
+        }
+    }
+}
+
+#[test]
+fn late_rows_after_archiving_are_archived_and_aggregated_again() {
+    let s = TierScenario::new("cmp_late", "");
+    let day = today() - 2;
+    let mut events = s.seed(6_000, 1, day, 13);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "first.log");
+    assert_eq!(code, 0, "{}", s.log("first.log"));
+    let first_sha = s.psql("SELECT sha256 FROM cold_manifest");
+    // Late events for the same day (ingest accepts up to max_event_age).
+    let late = inferlog_tests::seed::seeded_events(500, 1, (i64::from(day) + 1) * MS_PER_DAY, 14);
+    let late: Vec<InferenceEvent> = late.into_iter().map(|mut e| {
+        e.request_id = format!("late-{}", e.request_id);
+        e
+    }).collect();
+    inferlog_tests::seed::insert_hot(&inferlog_tests::clickhouse_url(), "inferlog_test", &s.table, &late);
+    events.extend(late);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "second.log");
+    assert_eq!(code, 0, "{}", s.log("second.log"));
+    assert_eq!(s.psql("SELECT state, hot_rows FROM compactor_days"), format!("aggregated\t{}", events.len()));
+    assert_eq!(s.psql("SELECT sum(rows) FROM cold_manifest"), events.len().to_string(), "the archive holds the late rows");
+    assert_ne!(s.psql("SELECT sha256 FROM cold_manifest"), first_sha, "the object was rewritten under the same key");
+    assert_eq!(s.s3_objects().len(), 1, "same key, no second object");
+    assert_aggregates_match(&s, &events);
+}
+
+/// Runs the compactor paused at `step`, kills it with SIGKILL there, then runs it to completion.
+fn crash_at(step: &str, seed_days: impl Fn(&TierScenario)) -> String {
+    let s = TierScenario::new(&format!("cmp_kill_{step}"), "");
+    seed_days(&s);
+    let mut child = s.spawn("inferlog-compactor", &["--once"], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", step)]);
+    let started = Instant::now();
+    while !s.log("paused.log").contains("pausing here until killed") {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("compactor exited ({status}) before reaching {step}: {}", s.log("paused.log"));
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "never reached {step}: {}", s.log("paused.log"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "resume.log");
+    assert_eq!(code, 0, "resume after a kill at {step}: {}", s.log("resume.log"));
+    s.end_state()
+}
+
+#[test]
+fn kill_9_at_every_state_transition_converges_to_the_same_end_state() {
+    // Two old days (released: past the 7-day hot retention) and one recent (kept hot).
+    let old = today() - 10;
+    let recent = today() - 2;
+    let seed = |s: &TierScenario| {
+        s.seed(8_000, 2, old, 21);
+        s.seed(3_000, 1, recent, 22);
+    };
+    let reference = {
+        let s = TierScenario::new("cmp_kill_ref", "");
+        seed(&s);
+        let (code, _) = s.run("inferlog-compactor", &["--once"], "run.log");
+        assert_eq!(code, 0, "{}", s.log("run.log"));
+        let days = s.psql("SELECT day, state FROM compactor_days ORDER BY day");
+        assert_eq!(
+            days,
+            format!("{}\treleased\n{}\treleased\n{}\taggregated", day_string(old - 1), day_string(old), day_string(recent)),
+            "old days released, the recent one kept"
+        );
+        assert_eq!(s.hot_days().len(), 1, "only the recent day is still hot");
+        assert_eq!(
+            s.psql("SELECT tier, unit, action, rows, actor FROM retention_audit ORDER BY unit"),
+            s.psql("SELECT 'hot', day::text, 'drop_partition', hot_rows, 'compactor' FROM compactor_days WHERE state = 'released' ORDER BY day"),
+            "every drop is audited with its rows"
+        );
+        s.end_state()
+    };
+    for step in ["archiving", "archived", "verified", "aggregated", "releasing", "dropped"] {
+        let state = crash_at(step, seed);
+        assert_eq!(state, reference, "end state after kill -9 at {step}");
+    }
+}
