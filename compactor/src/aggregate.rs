@@ -11,7 +11,7 @@ use clickhouse::Row;
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_schema::InputBucket;
 use inferlog_store::catalog::{date_of, Catalog};
-use inferlog_store::hot::HotTier;
+use inferlog_store::hot::{HotTier, ReadMode};
 use inferlog_store::{Day, StoreError};
 use serde::Deserialize;
 
@@ -93,7 +93,7 @@ fn bucket_sql() -> String {
     sql
 }
 
-fn aggregate_sql(table: &str) -> String {
+fn aggregate_sql(table: &str, mode: ReadMode) -> String {
     let levels = LEVELS.map(|l| l.to_string()).join(", ");
     let present: Vec<String> = DURATIONS.iter().map(|(c, _)| format!("count({c})")).collect();
     let quantiles: Vec<String> = DURATIONS.iter().map(|(c, _)| format!("quantilesExact({levels})({c})")).collect();
@@ -103,30 +103,32 @@ fn aggregate_sql(table: &str) -> String {
          sum(toUInt64(input_tokens)) AS sum_input_tokens, sum(toUInt64(output_tokens)) AS sum_output_tokens, \
          countIf(ifNull(cache_hit, 0) = 1) AS cache_hits, sum(toUInt64(ifNull(cache_prefix_tokens, 0))) AS sum_cache_prefix_tokens, \
          {present}, {quantiles} \
-         FROM {table} FINAL WHERE day = toDate(?) \
+         FROM {table} {modifier} WHERE day = toDate(?) \
          GROUP BY business_line, model_name, model_version, input_bucket \
          ORDER BY business_line, model_name, model_version, input_bucket",
         bucket = bucket_sql(),
         present = present.join(", "),
         quantiles = quantiles.join(", "),
+        modifier = mode.modifier(),
     )
 }
 
 /// Computes the day's aggregates in ClickHouse.
-pub async fn compute(hot: &HotTier, day: Day) -> Result<(Vec<AggregateRow>, Vec<ErrorRow>), CompactorError> {
+pub async fn compute(hot: &HotTier, day: Day, mode: ReadMode) -> Result<(Vec<AggregateRow>, Vec<ErrorRow>), CompactorError> {
     let groups = hot
         .client()
-        .query(&aggregate_sql(&hot.qualified()))
+        .query(&aggregate_sql(&hot.qualified(), mode))
         .bind(inferlog_store::day_string(day))
         .fetch_all::<AggregateRow>()
         .await
         .map_err(hot.error("aggregate"))?;
     let errors_sql = format!(
         "SELECT business_line, model_name, model_version, error_code, ifNull(error_stage, '') AS error_stage, count() AS errors \
-         FROM {} FINAL WHERE day = toDate(?) AND error_code != 0 \
+         FROM {} {} WHERE day = toDate(?) AND error_code != 0 \
          GROUP BY business_line, model_name, model_version, error_code, error_stage \
          ORDER BY business_line, model_name, model_version, error_code, error_stage",
-        hot.qualified()
+        hot.qualified(),
+        mode.modifier()
     );
     let errors = hot
         .client()
@@ -218,7 +220,8 @@ mod tests {
             "multiIf(input_tokens < 1024, '0-1k', input_tokens < 2048, '1k-2k', input_tokens < 4096, '2k-4k', \
              input_tokens < 8192, '4k-8k', input_tokens < 32768, '8k-32k', '32k+')"
         );
-        let sql = aggregate_sql("d.t");
+        let sql = aggregate_sql("d.t", ReadMode::Final);
+        assert!(sql.contains("FROM d.t FINAL WHERE"), "{sql}");
         assert!(sql.contains("quantilesExact(0.5, 0.95, 0.99)(ttft_ms)"), "{sql}");
         assert!(sql.contains("count(decode_time_ms)"), "{sql}");
     }

@@ -42,12 +42,13 @@ use clickhouse::Row;
 use futures_util::future::BoxFuture;
 use inferlog_schema::SCHEMA_VERSION;
 use inferlog_store::cold::ColdStore;
-use inferlog_store::hot::HotTier;
+use inferlog_store::hot::{HotTier, ReadMode};
 use inferlog_store::{ColdConfig, Day};
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use parquet::arrow::async_writer::{AsyncArrowWriter, AsyncFileWriter};
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::schema::types::ColumnPath;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use serde::Deserialize;
@@ -309,7 +310,27 @@ impl Archiver {
     fn properties(&self, day: Day, part: u32) -> WriterProperties {
         let level = ZstdLevel::try_new(self.config.zstd_level).unwrap_or_default();
         let kv = |k: &str, v: String| KeyValue::new(k.to_owned(), v);
-        WriterProperties::builder()
+        let mut builder = WriterProperties::builder();
+        // Encodings by what the columns hold (measured on generated days; see README):
+        // - a unique value per row: no dictionary (it would overflow and fall back anyway);
+        // - times and offsets, sorted or nearly so within a business line and model: deltas;
+        // - measured doubles: byte-stream split, which lets ZSTD find the shared exponent bytes;
+        // - hashed user ids, tens of thousands per day: a dictionary big enough to hold them.
+        for column in ["request_id", "session_id"] {
+            builder = builder.set_column_dictionary_enabled(ColumnPath::from(column), false);
+        }
+        for column in ["timestamp", "ingested_at", "kafka_offset"] {
+            builder = builder
+                .set_column_dictionary_enabled(ColumnPath::from(column), false)
+                .set_column_encoding(ColumnPath::from(column), Encoding::DELTA_BINARY_PACKED);
+        }
+        for column in ["total_latency_ms", "queue_wait_ms", "prefill_time_ms", "decode_time_ms", "ttft_ms", "tpot_ms", "gpu_mem_peak_mb"] {
+            builder = builder
+                .set_column_dictionary_enabled(ColumnPath::from(column), false)
+                .set_column_encoding(ColumnPath::from(column), Encoding::BYTE_STREAM_SPLIT);
+        }
+        builder = builder.set_column_dictionary_page_size_limit(ColumnPath::from("user_id_hash"), 8 * 1024 * 1024);
+        builder
             .set_compression(Compression::ZSTD(level))
             .set_max_row_group_row_count(Some(self.config.row_group_rows))
             .set_created_by(format!("inferlog-compactor {}", env!("CARGO_PKG_VERSION")))
@@ -345,9 +366,9 @@ impl Archiver {
 
     /// Writes the day's rows as `part-0000`, `part-0001`, … objects of at
     /// most `object_max_rows` rows each, and returns them as written.
-    pub async fn archive_day(&self, day: Day) -> Result<Vec<WrittenObject>, CompactorError> {
+    pub async fn archive_day(&self, day: Day, mode: ReadMode) -> Result<Vec<WrittenObject>, CompactorError> {
         let (tx, mut rx) = mpsc::channel::<RecordBatch>(2);
-        let reader = tokio::spawn(read_day(self.hot.clone(), day, self.sort_memory_bytes, tx));
+        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx));
         let mut written = Vec::new();
         let mut current: Option<OpenObject> = None;
         let max_rows = self.config.object_max_rows;
@@ -389,17 +410,20 @@ impl Archiver {
 }
 
 /// Streams the day's rows from ClickHouse into batches, in sort-key order
-/// (deterministic objects), retries collapsed (`FINAL`).
-async fn read_day(hot: HotTier, day: Day, sort_memory_bytes: u64, tx: mpsc::Sender<RecordBatch>) -> Result<u64, CompactorError> {
-    let sql = format!(
-        "SELECT {SELECT_COLUMNS} FROM {} FINAL WHERE day = toDate(?) \
-         ORDER BY business_line, model_name, model_version, event_time, request_id, kafka_topic, kafka_partition, kafka_offset",
-        hot.qualified()
-    );
+/// (so the same rows make the same objects), producer retries collapsed:
+/// a day merged into one part is read as is by one thread, which is in key
+/// order; otherwise it is read with `FINAL` and sorted.
+async fn read_day(hot: HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64, tx: mpsc::Sender<RecordBatch>) -> Result<u64, CompactorError> {
+    let order = match mode {
+        ReadMode::OnePart => "",
+        ReadMode::Final => "ORDER BY business_line, model_name, model_version, event_time, request_id, kafka_topic, kafka_partition, kafka_offset",
+    };
+    let sql = format!("SELECT {SELECT_COLUMNS} FROM {} {} WHERE day = toDate(?) {order}", hot.qualified(), mode.modifier());
     let mut cursor = hot
         .client()
         .clone()
         .with_setting("max_bytes_before_external_sort", sort_memory_bytes.to_string())
+        .with_setting("max_threads", if mode == ReadMode::OnePart { "1" } else { "0" })
         .query(&sql)
         .bind(inferlog_store::day_string(day))
         .fetch::<ArchiveRow<'_>>()

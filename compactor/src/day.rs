@@ -10,12 +10,12 @@
 //!              └──── rows changed (late events) ◄─────┘
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_store::catalog::{AuditEntry, Catalog, DayRecord, DayState};
 use inferlog_store::cold::ColdStore;
-use inferlog_store::hot::{DayFingerprint, HotTier};
+use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
 use inferlog_store::{Day, Policy};
 
 use crate::aggregate;
@@ -90,7 +90,15 @@ impl DayWork {
     async fn run_locked(&self, day: Day, today: Day, force: bool) -> Result<DayOutcome, CompactorError> {
         let name = inferlog_store::day_string(day);
         let record = self.catalog.day(day).await?;
-        let fp = self.hot.fingerprint(day).await?;
+        let mode = if record.as_ref().is_some_and(|r| r.state == DayState::Released) {
+            ReadMode::Final
+        } else {
+            let started = Instant::now();
+            let mode = self.hot.settle_day(day).await?;
+            metrics::stage_finished(&self.metrics, &name, "settle", 0, started.elapsed());
+            mode
+        };
+        let fp = self.hot.fingerprint(day, mode).await?;
         let same = |r: &DayRecord| r.fingerprint == fp.encode();
         let mut state = match &record {
             None if fp.rows == 0 => return Ok(DayOutcome::Empty),
@@ -104,7 +112,7 @@ impl DayWork {
             Some(r) if r.state == DayState::Releasing => {
                 // Either the drop happened (no rows left) or it did not and the rows are the verified ones.
                 if fp.rows == 0 || same(r) {
-                    return self.release(day, r).await;
+                    return self.release(day, r, mode).await;
                 }
                 None
             }
@@ -117,7 +125,9 @@ impl DayWork {
         let written: Vec<WrittenObject>;
         if state.is_none() || state == Some(DayState::Archiving) {
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
-            written = self.archiver.archive_day(day).await?;
+            let started = Instant::now();
+            written = self.archiver.archive_day(day, mode).await?;
+            metrics::stage_finished(&self.metrics, &name, "archive", fp.rows, started.elapsed());
             for o in &written {
                 metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
             }
@@ -130,7 +140,8 @@ impl DayWork {
 
         // Verify against ClickHouse as it is now.
         if state == Some(DayState::Archived) {
-            let now = self.hot.fingerprint(day).await?;
+            let started = Instant::now();
+            let now = self.hot.fingerprint(day, mode).await?;
             if now != fp {
                 return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });
             }
@@ -145,6 +156,7 @@ impl DayWork {
                 }
             };
             self.catalog.record_verified(day, &fp, &entries).await?;
+            metrics::stage_finished(&self.metrics, &name, "verify", fp.rows, started.elapsed());
             metrics::day_verified(&self.metrics, fp.rows);
             metrics::day_state(&self.metrics, &name, DayState::Verified, fp.rows);
             pause_point(DayState::Verified.as_str()).await;
@@ -159,19 +171,21 @@ impl DayWork {
 
         let verified = self.catalog.day(day).await?.map_or((0, 0), |r| (r.objects, r.bytes));
         if state == Some(DayState::Verified) {
-            let (groups, errors) = aggregate::compute(&self.hot, day).await?;
-            let now = self.hot.fingerprint(day).await?;
+            let started = Instant::now();
+            let (groups, errors) = aggregate::compute(&self.hot, day, mode).await?;
+            let now = self.hot.fingerprint(day, mode).await?;
             if now != fp {
                 return Err(CompactorError::RowsChanged { day: name, step: "aggregated", message: format!("{} became {}", fp.encode(), now.encode()) });
             }
             aggregate::store(&self.catalog, &self.dictionary, day, &groups, &errors).await?;
+            metrics::stage_finished(&self.metrics, &name, "aggregate", fp.rows, started.elapsed());
             self.record(day, DayState::Aggregated, &fp, verified.0, verified.1).await?;
         }
 
         if self.hot_policy.expired(day, today) {
             let record = self.catalog.day(day).await?.ok_or_else(|| CompactorError::Archive { day: name.clone(), message: "day record vanished".into() })?;
             self.record(day, DayState::Releasing, &fp, record.objects, record.bytes).await?;
-            return self.release(day, &record).await;
+            return self.release(day, &record, mode).await;
         }
         Ok(DayOutcome::Complete)
     }
@@ -204,9 +218,9 @@ impl DayWork {
 
     /// Drops the hot partition (idempotent) and records the drop in the
     /// audit table and the day's state in one transaction.
-    async fn release(&self, day: Day, record: &DayRecord) -> Result<DayOutcome, CompactorError> {
+    async fn release(&self, day: Day, record: &DayRecord, mode: ReadMode) -> Result<DayOutcome, CompactorError> {
         let name = inferlog_store::day_string(day);
-        let now = self.hot.fingerprint(day).await?;
+        let now = self.hot.fingerprint(day, mode).await?;
         if now.rows > 0 && now.encode() != record.fingerprint {
             // Never drop rows the verified archive does not hold.
             self.catalog.set_state(day, DayState::Archiving, &now, 0, 0).await?;

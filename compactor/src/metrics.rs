@@ -19,6 +19,7 @@ pub struct Metrics {
     day_errors: IntCounterVec,
     pass_seconds: Histogram,
     days_pending: IntGauge,
+    stage_seconds: prometheus::HistogramVec,
     /// False after a pass with failed days; `/healthz` answers 503 then.
     pub healthy: Arc<AtomicBool>,
 }
@@ -56,6 +57,12 @@ impl Metrics {
                 .buckets(vec![0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0, 3600.0]),
         ));
         let days_pending = must(IntGauge::new("inferlog_compactor_days_pending", "Closed days not yet complete after the last pass"));
+        let stage_seconds = must(prometheus::HistogramVec::new(
+            HistogramOpts::new("inferlog_compactor_stage_seconds", "Duration of one stage of one day")
+                .buckets(vec![0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0]),
+            &["stage"],
+        ));
+        register(Box::new(stage_seconds.clone()));
         register(Box::new(day_states.clone()));
         register(Box::new(rows_archived.clone()));
         register(Box::new(bytes_written.clone()));
@@ -74,6 +81,7 @@ impl Metrics {
             day_errors,
             pass_seconds,
             days_pending,
+            stage_seconds,
             healthy: Arc::new(AtomicBool::new(true)),
         }
     }
@@ -87,6 +95,13 @@ impl Metrics {
 pub fn day_state(m: &Metrics, day: &str, state: DayState, rows: u64) {
     m.day_states.with_label_values(&[state.as_str()]).inc();
     tracing::info!(day, state = state.as_str(), rows, "day state");
+}
+
+/// One stage (archive, verify, aggregate, release) of one day finished.
+pub fn stage_finished(m: &Metrics, day: &str, stage: &'static str, rows: u64, elapsed: Duration) {
+    m.stage_seconds.with_label_values(&[stage]).observe(elapsed.as_secs_f64());
+    let rows_per_s = if elapsed.is_zero() { 0 } else { (rows as f64 / elapsed.as_secs_f64()) as u64 };
+    tracing::info!(day, stage, rows, elapsed_ms = elapsed.as_millis() as u64, rows_per_s, "stage finished");
 }
 
 /// An object was written and closed.

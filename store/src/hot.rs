@@ -9,6 +9,25 @@ use crate::config::ClickHouseConfig;
 use crate::error::StoreError;
 use crate::Day;
 
+/// How a day's rows are read so that producer retries count once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// The day is one merged part: read as is (fast, in key order).
+    OnePart,
+    /// The day is in several parts: read with `FINAL` (merged on read).
+    Final,
+}
+
+impl ReadMode {
+    /// The table modifier this mode reads with.
+    pub fn modifier(self) -> &'static str {
+        match self {
+            ReadMode::OnePart => "",
+            ReadMode::Final => "FINAL",
+        }
+    }
+}
+
 /// One day partition of the hot table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HotPartition {
@@ -149,13 +168,45 @@ impl HotTier {
         Ok(partitions)
     }
 
-    /// The fingerprint of one day's rows, after collapsing producer retries (`FINAL`).
-    pub async fn fingerprint(&self, day: Day) -> Result<DayFingerprint, StoreError> {
+    /// Active parts of one day's partition.
+    pub async fn parts(&self, day: Day) -> Result<u64, StoreError> {
+        #[derive(Debug, Row, Deserialize)]
+        struct Count {
+            n: u64,
+        }
+        let row = self
+            .client
+            .query("SELECT count() AS n FROM system.parts WHERE database = ? AND table = ? AND active AND partition_id = ?")
+            .bind(&self.database)
+            .bind(&self.table)
+            .bind(crate::day_string(day).replace('-', ""))
+            .fetch_one::<Count>()
+            .await
+            .map_err(self.error("part count"))?;
+        Ok(row.n)
+    }
+
+    /// Merges a closed day into one part, collapsing producer retries
+    /// (`OPTIMIZE … FINAL`), so it can be read without `FINAL`: in key
+    /// order, single-threaded, at full speed. Returns how it must be read:
+    /// [`ReadMode::Final`] if it is still in several parts (a merge was
+    /// already running, or rows arrived meanwhile).
+    pub async fn settle_day(&self, day: Day) -> Result<ReadMode, StoreError> {
+        if self.parts(day).await? > 1 {
+            let sql = format!("OPTIMIZE TABLE {} PARTITION ? FINAL", self.qualified());
+            self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("optimize partition"))?;
+        }
+        Ok(if self.parts(day).await? > 1 { ReadMode::Final } else { ReadMode::OnePart })
+    }
+
+    /// The fingerprint of one day's rows (read as `mode` says: after collapsing producer retries).
+    pub async fn fingerprint(&self, day: Day, mode: ReadMode) -> Result<DayFingerprint, StoreError> {
         let sql = format!(
             "SELECT count() AS rows, sum(toUInt64(input_tokens)) AS input_tokens, sum(toUInt64(output_tokens)) AS output_tokens, \
              countIf(error_code != 0) AS errors, min(timestamp_ms) AS min_timestamp_ms, max(timestamp_ms) AS max_timestamp_ms \
-             FROM {} FINAL WHERE day = toDate(?)",
-            self.qualified()
+             FROM {} {} WHERE day = toDate(?)",
+            self.qualified(),
+            mode.modifier()
         );
         let fp = self
             .client

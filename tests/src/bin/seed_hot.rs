@@ -23,7 +23,15 @@ fn main() -> ExitCode {
     let end_ms = end + inferlog_schema::timestamp::MS_PER_DAY;
     let events = inferlog_tests::seed::seeded_events(count, days, end_ms, seed);
     inferlog_tests::seed::insert_hot(&url, &database, &table, &events);
+    // The same events as JSON lines, as `inferlog-schema normalize` prints them: the baseline of the Parquet size ratio.
+    let json_bytes: usize = events.iter().map(|e| e.to_json().len() + 1).sum();
+    report(&format!("rows={} json_bytes={json_bytes}", events.len()));
     ExitCode::SUCCESS
+}
+
+#[allow(clippy::print_stdout)]
+fn report(line: &str) {
+    println!("{line}");
 }
 
 #[allow(clippy::print_stderr)]

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Compactor benchmark: one UTC day of N generated rows in ClickHouse to
+verified Parquet on the S3 server (plus aggregates in Postgres), timed by
+stage from the compactor's own log, with peak RSS and the Parquet size
+against the same events as JSON lines. Medians of several runs; each run
+archives the same day into a fresh prefix and Postgres schema.
+
+usage: deploy/bench/compactor_bench.py [--rows 1000000] [--runs 3]
+Needs `deploy/local/services.sh up` and release binaries (cargo build --release --bins).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+bindir = os.environ.get("INFERLOG_BIN_DIR", os.path.join(repo, "target", "release"))
+
+
+def clickhouse(sql):
+    return subprocess.run(["curl", "-sS", "--fail-with-body", "http://127.0.0.1:8123/", "--data-binary", sql],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def psql(schema, sql):
+    return subprocess.run(["psql", "postgres://postgres@127.0.0.1:5432/inferlog", "-XAtq", "-c",
+                           f'SET search_path TO "{schema}"; {sql}'], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    stamp = int(time.time())
+    table = f"bench_compactor_{stamp}"
+    day_number = int(time.time() // 86400) - 2  # closed, and inside the hot retention: nothing is released
+    day = time.strftime("%Y-%m-%d", time.gmtime(day_number * 86400))
+    print(f"seeding {args.rows} rows of {day} into inferlog_test.{table} ...", file=sys.stderr)
+    seeded = subprocess.run([os.path.join(bindir, "inferlog-seed-hot"), "--database", "inferlog_test", "--table", table,
+                             "--count", str(args.rows), "--days", "1", "--end-day", day, "--seed", "7"],
+                            check=True, capture_output=True, text=True).stdout
+    json_bytes = int(re.search(r"json_bytes=(\d+)", seeded).group(1))
+    runs = []
+    for i in range(args.runs):
+        schema = f"bench_{stamp}_{i}"
+        with tempfile.TemporaryDirectory() as tmp:
+            config = os.path.join(tmp, "c.toml")
+            with open(config, "w") as f:
+                f.write(f'[clickhouse]\ndatabase = "inferlog_test"\ntable = "{table}"\n'
+                        f'[postgres]\nschema = "{schema}"\n'
+                        f'[cold]\nurl = "s3://inferlog-cold/bench-{stamp}-{i}/"\nendpoint = "http://127.0.0.1:9303"\n'
+                        f'allow_http = true\naccess_key_id = "inferlog"\n'
+                        f'[compactor]\nmetrics_addr = ""\n')
+            env = dict(os.environ, AWS_SECRET_ACCESS_KEY="inferlog-local", RUST_LOG="info")
+            if os.environ.get("BENCH_ZSTD_LEVEL"):
+                env["INFERLOG_COLD__ZSTD_LEVEL"] = os.environ["BENCH_ZSTD_LEVEL"]
+            started = time.monotonic()
+            out = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M", os.path.join(bindir, "inferlog-compactor"),
+                                  "--config", config, "--day", day], env=env, capture_output=True, text=True)
+            wall = time.monotonic() - started
+            if out.returncode != 0:
+                sys.exit(f"compactor failed:\n{out.stderr[-3000:]}")
+            stage = {m.group(1): int(m.group(2)) for m in re.finditer(r'stage="(\w+)".*?elapsed_ms=(\d+)', out.stderr)}
+            rss = int(re.search(r"maxrss_kb=(\d+)", out.stderr).group(1)) / 1024
+            parquet_bytes = int(psql(schema, "SELECT sum(bytes) FROM cold_manifest"))
+            rows = int(psql(schema, "SELECT sum(rows) FROM cold_manifest"))
+            assert rows == args.rows, (rows, args.rows)
+            to_verified = (stage["archive"] + stage["verify"]) / 1000
+            runs.append({"wall_s": round(wall, 2), "settle_s": stage.get("settle", 0) / 1000, "archive_s": stage["archive"] / 1000, "verify_s": stage["verify"] / 1000,
+                         "aggregate_s": stage["aggregate"] / 1000, "rows_per_s_to_verified": round(args.rows / to_verified),
+                         "peak_rss_mb": round(rss, 1), "parquet_bytes": parquet_bytes})
+            print(json.dumps(runs[-1]), file=sys.stderr)
+    median = lambda k: statistics.median(r[k] for r in runs)
+    report = {
+        "rows": args.rows, "runs": len(runs),
+        "median_rows_per_s_to_verified_parquet": median("rows_per_s_to_verified"),
+        "median_settle_s": median("settle_s"), "median_archive_s": median("archive_s"), "median_verify_s": median("verify_s"),
+        "median_aggregate_s": median("aggregate_s"), "median_wall_s": median("wall_s"),
+        "max_peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "parquet_bytes": runs[0]["parquet_bytes"], "json_lines_bytes": json_bytes,
+        "json_to_parquet_ratio": round(json_bytes / runs[0]["parquet_bytes"], 2),
+    }
+    clickhouse(f"DROP TABLE IF EXISTS inferlog_test.{table}")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+//! The cold store goes away: with the S3 server stopped, the compactor
+//! drops no partition, records where each day stopped, reports the failure
+//! (exit 2, the object store named in the log); once the server is back,
+//! the next pass completes. Its own test binary, because stopping the
+//! (in-memory) S3 server empties it for every other test.
+
+use inferlog_tests::repo_root;
+use inferlog_tests::tiers::{day_string, today, TierScenario};
+
+fn services(command: &str) {
+    let status = std::process::Command::new("bash")
+        .arg(repo_root().join("deploy/local/services.sh"))
+        .arg(command)
+        .status()
+        .expect("services.sh");
+    assert!(status.success(), "services.sh {command}");
+}
+
+/// Starts the S3 server again even when the test fails half-way.
+struct RestartOnDrop;
+
+impl Drop for RestartOnDrop {
+    fn drop(&mut self) {
+        services("start-s3");
+    }
+}
+
+#[test]
+fn with_the_s3_server_stopped_no_partition_is_dropped_and_the_next_pass_completes() {
+    let s = TierScenario::new("cmp_s3down", "");
+    let old = today() - 9; // past the hot retention: would be released
+    let events = s.seed(6_000, 2, old, 31);
+    let before = s.hot_days();
+    assert_eq!(before.len(), 2);
+
+    let guard = RestartOnDrop;
+    services("stop-s3");
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "down.log");
+    let log = s.log("down.log");
+    assert_eq!(code, 2, "an unreachable store is a connection error: {log}");
+    assert!(log.contains("day not completed in this pass") && log.contains("parquet"), "{log}");
+    assert_eq!(s.hot_days(), before, "no partition dropped without a verified archive");
+    assert_eq!(
+        s.psql("SELECT day, state FROM compactor_days ORDER BY day"),
+        format!("{}\tarchiving\n{}\tarchiving", day_string(old - 1), day_string(old)),
+        "each day recorded where it stopped"
+    );
+    assert!(!s.psql("SELECT last_error FROM compactor_days").is_empty(), "the failure is recorded on the day");
+    assert_eq!(s.psql("SELECT count(*) FROM cold_manifest"), "0");
+    assert_eq!(s.psql("SELECT count(*) FROM retention_audit"), "0");
+
+    drop(guard); // the server comes back (empty, with its bucket)
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "up.log");
+    assert_eq!(code, 0, "{}", s.log("up.log"));
+    assert_eq!(
+        s.psql("SELECT day, state, last_error IS NULL FROM compactor_days ORDER BY day"),
+        format!("{}\treleased\tt\n{}\treleased\tt", day_string(old - 1), day_string(old))
+    );
+    assert!(s.hot_days().is_empty(), "released once archived and verified");
+    assert_eq!(s.psql("SELECT sum(rows) FROM cold_manifest"), events.len().to_string());
+    assert_eq!(s.s3_objects().len(), 2);
+    assert_eq!(s.psql("SELECT count(*), sum(rows) FROM retention_audit WHERE tier = 'hot' AND action = 'drop_partition'"), format!("2\t{}", events.len()));
+}
