@@ -13,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use inferlog_schema::config::ErrorDictionary;
-use inferlog_store::catalog::{AuditEntry, Catalog, DayRecord, DayState};
+use inferlog_store::catalog::{Catalog, DayRecord, DayState};
+use inferlog_store::release::{release_day, Refusal, Release, ReleaseBy};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
 use inferlog_store::{Day, Policy};
@@ -112,9 +113,17 @@ impl DayWork {
             Some(r) if r.state == DayState::Releasing => {
                 // Either the drop happened (no rows left) or it did not and the rows are the verified ones.
                 if fp.rows == 0 || same(r) {
-                    return self.release(day, r, mode).await;
+                    return self.release(day).await;
                 }
                 None
+            }
+            // The partition is gone but the day was archived: finish a
+            // release if one is due; never archive an empty day over its archive.
+            Some(r) if fp.rows == 0 && r.hot_rows > 0 && r.state >= DayState::Verified => {
+                if self.hot_policy.expired(day, today) {
+                    return self.release(day).await;
+                }
+                return Err(CompactorError::RowsChanged { day: name, step: "checked", message: format!("its {} archived rows vanished from the hot tier", r.hot_rows) });
             }
             Some(r) if force || !same(r) => None,
             Some(r) => Some(r.state),
@@ -185,7 +194,7 @@ impl DayWork {
         if self.hot_policy.expired(day, today) {
             let record = self.catalog.day(day).await?.ok_or_else(|| CompactorError::Archive { day: name.clone(), message: "day record vanished".into() })?;
             self.record(day, DayState::Releasing, &fp, record.objects, record.bytes).await?;
-            return self.release(day, &record, mode).await;
+            return self.release(day).await;
         }
         Ok(DayOutcome::Complete)
     }
@@ -216,40 +225,22 @@ impl DayWork {
         Ok(objects)
     }
 
-    /// Drops the hot partition (idempotent) and records the drop in the
-    /// audit table and the day's state in one transaction.
-    async fn release(&self, day: Day, record: &DayRecord, mode: ReadMode) -> Result<DayOutcome, CompactorError> {
+    /// Releases the day from the hot tier through the one shared release
+    /// path, which re-checks the archive against the rows first.
+    async fn release(&self, day: Day) -> Result<DayOutcome, CompactorError> {
         let name = inferlog_store::day_string(day);
-        let now = self.hot.fingerprint(day, mode).await?;
-        if now.rows > 0 && now.encode() != record.fingerprint {
-            // Never drop rows the verified archive does not hold.
-            self.catalog.set_state(day, DayState::Archiving, &now, 0, 0).await?;
-            return Err(CompactorError::RowsChanged { day: name, step: "released", message: format!("{} became {}", record.fingerprint, now.encode()) });
+        let by = ReleaseBy { actor: "compactor", policy: self.hot_policy, dry_run: false };
+        match release_day(&self.hot, &self.catalog, day, by, pause_point("dropped")).await? {
+            Release::Released { rows, .. } => {
+                metrics::day_state(&self.metrics, &name, DayState::Released, rows);
+                Ok(DayOutcome::Released)
+            }
+            Release::Refused(Refusal::RowsChanged { recorded, now }) => {
+                // Archive again on the next pass: never drop rows the archive does not hold.
+                self.catalog.mark(day, DayState::Archiving).await?;
+                Err(CompactorError::RowsChanged { day: name, step: "released", message: format!("{recorded} became {now}") })
+            }
+            Release::Refused(refusal) => Err(CompactorError::Verification { day: name, key: "-".into(), message: refusal.to_string() }),
         }
-        let manifest = self.catalog.manifest(Some(day)).await?;
-        let archived: u64 = manifest.iter().map(|m| m.rows).sum();
-        if manifest.is_empty() || archived != record.hot_rows {
-            return Err(CompactorError::Verification {
-                day: name,
-                key: "-".into(),
-                message: format!("manifest holds {archived} rows in {} objects, the day had {}", manifest.len(), record.hot_rows),
-            });
-        }
-        self.hot.drop_day(day).await?;
-        pause_point("dropped").await;
-        let audit = AuditEntry {
-            tier: "hot",
-            unit: name.clone(),
-            action: "drop_partition",
-            rows: Some(record.hot_rows),
-            bytes: None,
-            policy: self.hot_policy.to_string(),
-            dry_run: false,
-            actor: "compactor",
-            detail: Some(format!("archived in {} verified objects", manifest.len())),
-        };
-        self.catalog.record_release(day, &audit).await?;
-        metrics::day_state(&self.metrics, &name, DayState::Released, record.hot_rows);
-        Ok(DayOutcome::Released)
     }
 }

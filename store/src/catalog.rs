@@ -224,6 +224,17 @@ impl Catalog {
         set_state(&self.pool, day, state, fingerprint, objects, bytes).await
     }
 
+    /// Moves the day to `state`, keeping what its record says about its rows.
+    pub async fn mark(&self, day: Day, state: DayState) -> Result<(), StoreError> {
+        sqlx::query("UPDATE compactor_days SET state = $2, updated_at = now() WHERE day = $1")
+            .bind(date_of(day))
+            .bind(state.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::postgres("record day state"))?;
+        Ok(())
+    }
+
     /// Notes a failure of the day's work without changing its state.
     pub async fn set_error(&self, day: Day, error: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE compactor_days SET last_error = $2, updated_at = now() WHERE day = $1")

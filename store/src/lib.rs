@@ -9,6 +9,7 @@
 //!   audit table of deletions, and the advisory locks replicas share.
 //! - [`cold`]: the object store holding Parquet archives under `dt=YYYY-MM-DD/`.
 //! - [`policy`]: retention policies and the one rule deciding when a day has expired.
+//! - [`release`]: the one way a day leaves the hot tier (verified archive first).
 //! - [`http`]: the `/metrics` and `/healthz` endpoint every daemon serves.
 
 pub mod catalog;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod hot;
 pub mod http;
 pub mod policy;
+pub mod release;
 
 pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
 pub use error::StoreError;
