@@ -5,7 +5,7 @@ a current librdkafka): create topics, produce JSONL files, and read topics back.
 Reading never trusts the broker's high watermark (tansu's can lag the real end
 of a partition): it reads until no message has arrived for --idle seconds.
 
-  kafkatool.py create-topics [--partitions N] TOPIC...
+  kafkatool.py create-topics [--partitions N] [--config K=V]... TOPIC...
   kafkatool.py produce --topic T FILE            one message per line, keyed by request_id
   kafkatool.py read --topic T [--idle S]         prints one JSON object per message (headers, key, size)
   kafkatool.py count --topic T [--idle S]        prints {"messages": N, "by_reason": {...}}
@@ -32,7 +32,9 @@ def brokers(args):
 def create_topics(args):
     admin = AdminClient({"bootstrap.servers": brokers(args)})
     existing = set(admin.list_topics(timeout=10).topics)
-    wanted = [NewTopic(t, num_partitions=args.partitions, replication_factor=1) for t in args.topics if t not in existing]
+    config = dict(kv.split("=", 1) for kv in args.config)
+    wanted = [NewTopic(t, num_partitions=args.partitions, replication_factor=1, config=config)
+              for t in args.topics if t not in existing]
     if not wanted:
         return
     for topic, future in admin.create_topics(wanted).items():
@@ -144,6 +146,7 @@ def main():
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create-topics")
     c.add_argument("--partitions", type=int, default=8)
+    c.add_argument("--config", action="append", default=[], help="topic config K=V, e.g. retention.ms=604800000")
     c.add_argument("topics", nargs="+")
     c.set_defaults(func=create_topics)
     c = sub.add_parser("produce")

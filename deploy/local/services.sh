@@ -135,7 +135,9 @@ hash_key() {
 }
 
 create_topics() {
-  python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" inference-events inference-events-dlq
+  python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" inference-events
+  # The DLQ holds rejected raw events: no longer than the hot tier's 7 days (retention audits it).
+  python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" --config retention.ms=604800000 inference-events-dlq
 }
 
 status() {

@@ -352,7 +352,7 @@ async fn set_state<'e, E: Executor<'e, Database = Postgres>>(
     Ok(())
 }
 
-async fn insert_audit<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &AuditEntry) -> Result<(), StoreError> {
+pub async fn insert_audit<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &AuditEntry) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO retention_audit (tier, unit, action, rows, bytes, policy, dry_run, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )

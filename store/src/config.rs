@@ -226,11 +226,19 @@ pub struct RetentionConfig {
     pub aggregate_days: Policy,
     /// Parquet objects in the cold store. Default: 365.
     pub cold_days: Policy,
+    /// How often `inferlog-retention enforce --daemon` enforces. Default: "1h".
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
 }
 
 impl Default for RetentionConfig {
     fn default() -> Self {
-        RetentionConfig { hot_days: Policy::Days(7), aggregate_days: Policy::Days(365), cold_days: Policy::Days(365) }
+        RetentionConfig {
+            hot_days: Policy::Days(7),
+            aggregate_days: Policy::Days(365),
+            cold_days: Policy::Days(365),
+            interval: Duration::from_secs(3600),
+        }
     }
 }
 

@@ -74,7 +74,7 @@ pub fn write_jsonl(dir: &Path, events: &[GeneratedEvent]) -> PathBuf {
     path
 }
 
-fn kafkatool(args: &[&str]) -> String {
+pub fn kafkatool(args: &[&str]) -> String {
     let out = Command::new("python3")
         .arg(repo_root().join("deploy/local/kafkatool.py"))
         .arg("--brokers")

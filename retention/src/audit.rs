@@ -1,0 +1,184 @@
+//! Audit. In: an [`Inventory`] and the policies at a point in time. Out:
+//! per tier the policy, the oldest data held, the units held and how many
+//! are past the policy, and every violation with its cause (a stable code):
+//!
+//! | cause | meaning |
+//! |---|---|
+//! | `expired.present` | a unit past its tier's policy is still held |
+//! | `hot.unarchived` | a hot partition past retention has no verified archive (it cannot be dropped) |
+//! | `manifest.object_missing` | a manifest row's object is not in the cold store |
+//! | `object.unlisted` | a cold object has no manifest row |
+//! | `dlq.retention_exceeds` | the DLQ topic keeps messages longer than the hot policy |
+//! | `dlq.retention_unknown` | the broker does not report the DLQ topic's retention |
+//! | `deleted.still_present` | the audit table records a deletion whose data is still there |
+
+use std::collections::{BTreeSet, HashSet};
+
+use inferlog_store::catalog::DayState;
+use inferlog_store::{day_string, Day, Policy, RetentionConfig};
+use serde::Serialize;
+
+use crate::inventory::{DlqRetention, Inventory};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TierReport {
+    pub tier: &'static str,
+    pub policy: String,
+    pub oldest: Option<String>,
+    pub units: usize,
+    pub expired_units: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub tier: &'static str,
+    pub unit: String,
+    pub cause: &'static str,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DlqReport {
+    pub topic: String,
+    pub retention_ms: Option<i64>,
+    pub policy: String,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditReport {
+    pub today: String,
+    pub tiers: Vec<TierReport>,
+    pub dlq: DlqReport,
+    /// Second lines of defence: neither ClickHouse TTL nor an S3 lifecycle rule is set by inferlog.
+    pub store_expiry: &'static str,
+    pub violations: Vec<Violation>,
+}
+
+fn tier_report(tier: &'static str, policy: Policy, days: &[Day], today: Day) -> TierReport {
+    TierReport {
+        tier,
+        policy: policy.to_string(),
+        oldest: days.iter().min().map(|d| day_string(*d)),
+        units: days.len(),
+        expired_units: days.iter().filter(|d| policy.expired(**d, today)).count(),
+    }
+}
+
+/// Audits `inventory` against `policies` on `today`.
+pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str, today: Day) -> AuditReport {
+    let mut violations = Vec::new();
+    let mut v = |tier: &'static str, unit: String, cause: &'static str, detail: String| violations.push(Violation { tier, unit, cause, detail });
+
+    // Hot: one unit per day partition.
+    let hot_days: Vec<Day> = inventory.hot.iter().map(|p| p.day).collect();
+    for p in inventory.hot.iter().filter(|p| policies.hot_days.expired(p.day, today)) {
+        if inventory.verified_archive(p.day) {
+            v("hot", day_string(p.day), "expired.present", format!("{} rows past the {} policy; the archive is verified, enforce drops it", p.rows, policies.hot_days));
+        } else {
+            let state = inventory.days.get(&p.day).map_or("none", |r| r.state.as_str());
+            v("hot", day_string(p.day), "hot.unarchived", format!("{} rows past the {} policy without a verified archive (compactor state: {state}); not dropped", p.rows, policies.hot_days));
+        }
+    }
+
+    // Aggregates: one unit per day.
+    let aggregate_days: Vec<Day> = inventory.aggregate_days.keys().copied().collect();
+    for (day, rows) in inventory.aggregate_days.iter().filter(|(d, _)| policies.aggregate_days.expired(**d, today)) {
+        v("aggregates", day_string(*day), "expired.present", format!("{rows} rows past the {} policy", policies.aggregate_days));
+    }
+
+    // Cold: one unit per object.
+    let listed: HashSet<&str> = inventory.objects.iter().map(|o| o.key.as_str()).collect();
+    let manifested: HashSet<&str> = inventory.manifest.iter().map(|m| m.object_key.as_str()).collect();
+    let in_progress = |day: Option<Day>| {
+        day.and_then(|d| inventory.days.get(&d)).is_some_and(|r| matches!(r.state, DayState::Archiving | DayState::Archived))
+    };
+    let cold_days: Vec<Day> = inventory.objects.iter().filter_map(|o| o.day).collect();
+    for o in &inventory.objects {
+        if o.day.is_some_and(|d| policies.cold_days.expired(d, today)) {
+            v("cold", o.key.clone(), "expired.present", format!("{} bytes past the {} policy", o.bytes, policies.cold_days));
+        }
+        if !manifested.contains(o.key.as_str()) && !in_progress(o.day) {
+            v("cold", o.key.clone(), "object.unlisted", format!("{} bytes with no manifest row", o.bytes));
+        }
+    }
+    for m in inventory.manifest.iter().filter(|m| !listed.contains(m.object_key.as_str())) {
+        v("cold", m.object_key.clone(), "manifest.object_missing", format!("the manifest lists {} rows of {} in it, the store does not have it", m.rows, day_string(m.day)));
+    }
+
+    // The DLQ holds rejected raw events: no longer than the hot tier holds accepted ones.
+    let policy_ms = match policies.hot_days {
+        Policy::Days(n) => Some(i64::from(n) * 86_400_000),
+        Policy::Forever => None,
+    };
+    let dlq = match &inventory.dlq {
+        DlqRetention::Millis(ms) => {
+            if let Some(limit) = policy_ms {
+                if *ms < 0 || *ms > limit {
+                    v("dlq", dlq_topic.to_owned(), "dlq.retention_exceeds", format!("retention.ms = {ms} exceeds the hot policy ({limit} ms)"));
+                }
+            }
+            DlqReport { topic: dlq_topic.to_owned(), retention_ms: Some(*ms), policy: policies.hot_days.to_string(), note: None }
+        }
+        DlqRetention::Unknown(why) => {
+            v("dlq", dlq_topic.to_owned(), "dlq.retention_unknown", why.clone());
+            DlqReport { topic: dlq_topic.to_owned(), retention_ms: None, policy: policies.hot_days.to_string(), note: Some(why.clone()) }
+        }
+    };
+
+    // Deletions the audit table records must have happened.
+    let hot_present: BTreeSet<String> = inventory.hot.iter().map(|p| day_string(p.day)).collect();
+    let aggregates_present: BTreeSet<String> = inventory.aggregate_days.keys().map(|d| day_string(*d)).collect();
+    for d in &inventory.deletions {
+        let present = match d.tier.as_str() {
+            "hot" => hot_present.contains(&d.unit),
+            "aggregates" => aggregates_present.contains(&d.unit),
+            "cold" => listed.contains(d.unit.as_str()),
+            _ => false,
+        };
+        if present {
+            let tier = match d.tier.as_str() {
+                "hot" => "hot",
+                "aggregates" => "aggregates",
+                _ => "cold",
+            };
+            v(tier, d.unit.clone(), "deleted.still_present", "the audit table records its deletion, the data is still there".into());
+        }
+    }
+
+    AuditReport {
+        today: day_string(today),
+        tiers: vec![
+            tier_report("hot", policies.hot_days, &hot_days, today),
+            tier_report("aggregates", policies.aggregate_days, &aggregate_days, today),
+            tier_report("cold", policies.cold_days, &cold_days, today),
+        ],
+        dlq,
+        store_expiry: "not set: ClickHouse TTL and S3 lifecycle rules are not managed by inferlog; enforce is the only expiry",
+        violations,
+    }
+}
+
+/// The text form of a report.
+pub fn render_text(r: &AuditReport) -> String {
+    let mut out = format!("retention audit on {}\n{:<11} {:<8} {:<11} {:>6} {:>8}\n", r.today, "tier", "policy", "oldest", "units", "expired");
+    for t in &r.tiers {
+        out += &format!("{:<11} {:<8} {:<11} {:>6} {:>8}\n", t.tier, t.policy, t.oldest.as_deref().unwrap_or("-"), t.units, t.expired_units);
+    }
+    out += &format!(
+        "dlq         {:<8} topic {} retention.ms {}\n",
+        r.dlq.policy,
+        r.dlq.topic,
+        r.dlq.retention_ms.map_or_else(|| "unknown".to_owned(), |m| m.to_string())
+    );
+    out += &format!("store expiry: {}\n", r.store_expiry);
+    if r.violations.is_empty() {
+        out += "clean: no violations\n";
+    } else {
+        out += &format!("{} violations:\n", r.violations.len());
+        for v in &r.violations {
+            out += &format!("  {} {} {}: {}\n", v.tier, v.unit, v.cause, v.detail);
+        }
+    }
+    out
+}

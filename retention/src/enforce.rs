@@ -1,0 +1,192 @@
+//! Enforce. In: an [`Inventory`], the policies and a point in time. Out:
+//! every unit past its policy deleted, tier by tier, each deletion written
+//! to the audit table (or, with `dry_run`, nothing deleted and each would-be
+//! deletion audited as a dry run). Each unit is deleted under its day's
+//! advisory lock, in a way a re-run finishes after a kill at any point:
+//!
+//! - hot: through the shared release path (verified archive and aggregates
+//!   first, else refused), `releasing` recorded before the drop;
+//! - aggregates: the day's rows and the audit row in one transaction;
+//! - cold: the object, then its manifest row and the audit row in one
+//!   transaction; a manifest row whose object is already gone is finished.
+
+use std::time::Duration;
+
+use inferlog_store::catalog::{date_of, AuditEntry};
+use inferlog_store::release::{release_day, Release, ReleaseBy};
+use inferlog_store::{day_string, Day, RetentionConfig, StoreError};
+use serde::Serialize;
+
+use crate::error::RetentionError;
+use crate::inventory::{Inventory, Stores};
+
+/// Test hook: `INFERLOG_RETENTION_PAUSE_AFTER=hot|aggregates|cold` stops
+/// dead after the first deletion in that tier, before its bookkeeping where
+/// there is any, so a test can `kill -9` there. Unset in production.
+pub const PAUSE_ENV: &str = "INFERLOG_RETENTION_PAUSE_AFTER";
+
+async fn pause_point(tier: &str) {
+    if std::env::var(PAUSE_ENV).is_ok_and(|v| v == tier) {
+        tracing::warn!(tier, "{PAUSE_ENV}: pausing here until killed");
+        loop {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Deleted,
+    WouldDelete,
+    /// Not deleted, and why (a hot day without a verified archive).
+    Refused(String),
+    /// Another replica holds the day's lock; the next run takes it.
+    Busy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Action {
+    pub tier: &'static str,
+    pub unit: String,
+    pub action: &'static str,
+    pub rows: Option<u64>,
+    pub bytes: Option<u64>,
+    pub outcome: Outcome,
+}
+
+impl Action {
+    pub fn render(&self) -> String {
+        let size = match (self.rows, self.bytes) {
+            (Some(r), _) => format!(" rows={r}"),
+            (None, Some(b)) => format!(" bytes={b}"),
+            _ => String::new(),
+        };
+        match &self.outcome {
+            Outcome::Deleted => format!("deleted {} {} {}{size}", self.tier, self.unit, self.action),
+            Outcome::WouldDelete => format!("would delete {} {} {}{size}", self.tier, self.unit, self.action),
+            Outcome::Refused(why) => format!("refused {} {}: {why}", self.tier, self.unit),
+            Outcome::Busy => format!("busy {} {}: another replica holds the day", self.tier, self.unit),
+        }
+    }
+}
+
+fn audit_entry(tier: &'static str, unit: String, action: &'static str, rows: Option<u64>, bytes: Option<u64>, policy: String, dry_run: bool, detail: Option<String>) -> AuditEntry {
+    AuditEntry { tier, unit, action, rows, bytes, policy, dry_run, actor: "retention", detail }
+}
+
+/// Deletes (or, with `dry_run`, lists) every expired unit.
+pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &RetentionConfig, today: Day, dry_run: bool) -> Result<Vec<Action>, RetentionError> {
+    let mut actions = Vec::new();
+    let catalog = &stores.catalog;
+    let hot_err = RetentionError::tier;
+
+    // Hot: expired day partitions, only with a verified archive; and days
+    // whose drop happened but whose bookkeeping did not (a kill in between).
+    let mut hot: Vec<inferlog_store::hot::HotPartition> = inventory.hot.iter().filter(|p| policies.hot_days.expired(p.day, today)).copied().collect();
+    for r in inventory.days.values().filter(|r| r.state == inferlog_store::catalog::DayState::Releasing) {
+        if !hot.iter().any(|p| p.day == r.day) {
+            hot.push(inferlog_store::hot::HotPartition { day: r.day, rows: 0, bytes: 0 });
+        }
+    }
+    hot.sort_by_key(|p| p.day);
+    for p in &hot {
+        let unit = day_string(p.day);
+        let Some(lock) = catalog.try_lock_day(p.day).await.map_err(hot_err("aggregates"))? else {
+            actions.push(Action { tier: "hot", unit, action: "drop_partition", rows: Some(p.rows), bytes: None, outcome: Outcome::Busy });
+            continue;
+        };
+        let by = ReleaseBy { actor: "retention", policy: policies.hot_days, dry_run };
+        let released = release_day(&stores.hot, catalog, p.day, by, pause_point("hot")).await;
+        lock.unlock().await;
+        let outcome = match released.map_err(hot_err("hot"))? {
+            Release::Released { rows, .. } => (Some(rows), if dry_run { Outcome::WouldDelete } else { Outcome::Deleted }),
+            Release::Refused(why) => (Some(p.rows), Outcome::Refused(why.to_string())),
+        };
+        actions.push(Action { tier: "hot", unit, action: "drop_partition", rows: outcome.0, bytes: None, outcome: outcome.1 });
+    }
+
+    // Aggregates: expired days' rows.
+    for (&day, &rows) in inventory.aggregate_days.iter().filter(|(d, _)| policies.aggregate_days.expired(**d, today)) {
+        let unit = day_string(day);
+        let Some(lock) = catalog.try_lock_day(day).await.map_err(hot_err("aggregates"))? else {
+            actions.push(Action { tier: "aggregates", unit, action: "delete_rows", rows: Some(rows), bytes: None, outcome: Outcome::Busy });
+            continue;
+        };
+        let deleted = delete_aggregates(stores, day, policies, dry_run).await;
+        lock.unlock().await;
+        let rows = deleted.map_err(hot_err("aggregates"))?;
+        if rows > 0 && !dry_run {
+            pause_point("aggregates").await;
+        }
+        let outcome = if dry_run { Outcome::WouldDelete } else { Outcome::Deleted };
+        actions.push(Action { tier: "aggregates", unit, action: "delete_rows", rows: Some(rows), bytes: None, outcome });
+    }
+
+    // Cold: objects of expired days, and manifest rows of expired days whose object is already gone.
+    let mut keys: Vec<(String, Day, u64)> = inventory
+        .objects
+        .iter()
+        .filter_map(|o| o.day.filter(|d| policies.cold_days.expired(*d, today)).map(|d| (o.key.clone(), d, o.bytes)))
+        .collect();
+    for m in inventory.manifest.iter().filter(|m| policies.cold_days.expired(m.day, today)) {
+        if !keys.iter().any(|(k, _, _)| *k == m.object_key) {
+            keys.push((m.object_key.clone(), m.day, m.bytes));
+        }
+    }
+    keys.sort();
+    for (key, day, bytes) in keys {
+        let Some(lock) = catalog.try_lock_day(day).await.map_err(hot_err("aggregates"))? else {
+            actions.push(Action { tier: "cold", unit: key, action: "delete_object", rows: None, bytes: Some(bytes), outcome: Outcome::Busy });
+            continue;
+        };
+        let deleted = delete_object(stores, &key, bytes, inventory, policies, dry_run).await;
+        lock.unlock().await;
+        deleted?;
+        let outcome = if dry_run { Outcome::WouldDelete } else { Outcome::Deleted };
+        actions.push(Action { tier: "cold", unit: key, action: "delete_object", rows: None, bytes: Some(bytes), outcome });
+    }
+    Ok(actions)
+}
+
+async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig, dry_run: bool) -> Result<u64, StoreError> {
+    let pg = StoreError::postgres;
+    let mut tx = stores.catalog.pool().begin().await.map_err(pg("begin"))?;
+    let count: i64 = sqlx::query_scalar("SELECT (SELECT count(*) FROM daily_aggregates WHERE day = $1) + (SELECT count(*) FROM daily_errors WHERE day = $1)")
+        .bind(date_of(day))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(pg("count aggregates"))?;
+    if !dry_run {
+        for table in ["daily_aggregates", "daily_errors"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE day = $1")).bind(date_of(day)).execute(&mut *tx).await.map_err(pg("delete aggregates"))?;
+        }
+    }
+    if count > 0 {
+        let entry = audit_entry("aggregates", day_string(day), "delete_rows", Some(count as u64), None, policies.aggregate_days.to_string(), dry_run, None);
+        inferlog_store::catalog::insert_audit(&mut *tx, &entry).await?;
+    }
+    tx.commit().await.map_err(pg("commit"))?;
+    Ok(count as u64)
+}
+
+async fn delete_object(stores: &Stores, key: &str, bytes: u64, inventory: &Inventory, policies: &RetentionConfig, dry_run: bool) -> Result<(), RetentionError> {
+    let listed = inventory.manifest.iter().any(|m| m.object_key == key);
+    let detail = (!listed).then(|| "no manifest row".to_owned());
+    if !dry_run {
+        stores.cold.delete(key).await.map_err(RetentionError::tier("cold"))?;
+        pause_point("cold").await;
+    }
+    let pg = StoreError::postgres;
+    let write = async {
+        let mut tx = stores.catalog.pool().begin().await.map_err(pg("begin"))?;
+        if !dry_run {
+            sqlx::query("DELETE FROM cold_manifest WHERE object_key = $1").bind(key).execute(&mut *tx).await.map_err(pg("delete manifest row"))?;
+        }
+        let entry = audit_entry("cold", key.to_owned(), "delete_object", None, Some(bytes), policies.cold_days.to_string(), dry_run, detail);
+        inferlog_store::catalog::insert_audit(&mut *tx, &entry).await?;
+        tx.commit().await.map_err(pg("commit"))?;
+        Ok::<(), StoreError>(())
+    };
+    write.await.map_err(RetentionError::tier("aggregates"))
+}

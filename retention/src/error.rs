@@ -1,0 +1,26 @@
+//! The retention crate's error type.
+
+use inferlog_schema::ErrorClass;
+use inferlog_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    #[error("config: {0}")]
+    Config(String),
+    /// A tier could not be reached or read: the command exits 2, never passes silently.
+    #[error("{tier} tier: {source}")]
+    Tier { tier: &'static str, source: StoreError },
+}
+
+impl RetentionError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            RetentionError::Config(_) => ErrorClass::Fail,
+            RetentionError::Tier { source, .. } => source.class(),
+        }
+    }
+
+    pub fn tier(tier: &'static str) -> impl FnOnce(StoreError) -> RetentionError {
+        move |source| RetentionError::Tier { tier, source }
+    }
+}

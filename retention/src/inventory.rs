@@ -1,0 +1,142 @@
+//! Inventory. In: the stores of every tier and the catalog. Out: what each
+//! tier holds now (hot partitions, aggregate days, cold objects and their
+//! manifest rows), the compactor's day records, the deletions the audit
+//! table records, and the DLQ topic's retention as the broker reports it.
+//! A store that cannot be read is an error naming the tier.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use inferlog_store::catalog::{day_of, Catalog, DayRecord, ManifestEntry};
+use inferlog_store::cold::{ColdObject, ColdStore};
+use inferlog_store::hot::{HotPartition, HotTier};
+use inferlog_store::{Day, StoreError};
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use sqlx::Row;
+
+use crate::config::Config;
+use crate::error::RetentionError;
+
+/// The DLQ topic's `retention.ms`, or why it is not known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DlqRetention {
+    Millis(i64),
+    Unknown(String),
+}
+
+/// A non-dry-run deletion recorded in the audit table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    pub tier: String,
+    pub unit: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pub hot: Vec<HotPartition>,
+    pub days: BTreeMap<Day, DayRecord>,
+    pub manifest: Vec<ManifestEntry>,
+    pub objects: Vec<ColdObject>,
+    /// Rows of `daily_aggregates` plus `daily_errors`, per day.
+    pub aggregate_days: BTreeMap<Day, u64>,
+    pub deletions: Vec<Deletion>,
+    pub dlq: DlqRetention,
+}
+
+/// Handles on every store.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    pub hot: HotTier,
+    pub cold: ColdStore,
+    pub catalog: Catalog,
+}
+
+impl Stores {
+    pub async fn connect(config: &Config) -> Result<Stores, RetentionError> {
+        Ok(Stores {
+            hot: HotTier::new(&config.clickhouse).map_err(RetentionError::tier("hot"))?,
+            cold: ColdStore::new(&config.cold).map_err(RetentionError::tier("cold"))?,
+            catalog: Catalog::connect(&config.postgres).await.map_err(RetentionError::tier("aggregates"))?,
+        })
+    }
+}
+
+/// Days with aggregate rows, and how many rows each holds.
+pub async fn aggregate_days(catalog: &Catalog) -> Result<BTreeMap<Day, u64>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT day, sum(n)::bigint AS n FROM (SELECT day, count(*) AS n FROM daily_aggregates GROUP BY day \
+         UNION ALL SELECT day, count(*) FROM daily_errors GROUP BY day) t GROUP BY day ORDER BY day",
+    )
+    .fetch_all(catalog.pool())
+    .await
+    .map_err(StoreError::postgres("list aggregate days"))?;
+    let mut days = BTreeMap::new();
+    for r in rows {
+        let day: chrono::NaiveDate = r.try_get("day").map_err(StoreError::postgres("decode aggregate days"))?;
+        let n: i64 = r.try_get("n").map_err(StoreError::postgres("decode aggregate days"))?;
+        days.insert(day_of(day), n as u64);
+    }
+    Ok(days)
+}
+
+async fn deletions(catalog: &Catalog) -> Result<Vec<Deletion>, StoreError> {
+    let rows = sqlx::query("SELECT DISTINCT tier, unit FROM retention_audit WHERE NOT dry_run ORDER BY tier, unit")
+        .fetch_all(catalog.pool())
+        .await
+        .map_err(StoreError::postgres("read audit table"))?;
+    rows.iter()
+        .map(|r| {
+            Ok(Deletion {
+                tier: r.try_get("tier").map_err(StoreError::postgres("decode audit table"))?,
+                unit: r.try_get("unit").map_err(StoreError::postgres("decode audit table"))?,
+            })
+        })
+        .collect()
+}
+
+/// `retention.ms` of the DLQ topic through the Kafka admin API.
+pub async fn dlq_retention(config: &Config) -> DlqRetention {
+    let client: AdminClient<DefaultClientContext> = match inferlog_ingest::source::client_config(&config.kafka).create() {
+        Ok(c) => c,
+        Err(e) => return DlqRetention::Unknown(format!("admin client: {e}")),
+    };
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let topic = ResourceSpecifier::Topic(&config.kafka.dlq_topic);
+    match tokio::time::timeout(Duration::from_secs(15), client.describe_configs([&topic], &options)).await {
+        Err(_) => DlqRetention::Unknown("the broker did not answer DescribeConfigs within 15s".into()),
+        Ok(Err(e)) => DlqRetention::Unknown(format!("DescribeConfigs: {e}")),
+        Ok(Ok(results)) => match results.into_iter().next() {
+            Some(Ok(resource)) => match resource.entry_map().get("retention.ms").and_then(|e| e.value.clone()) {
+                Some(v) => v.parse().map_or_else(|_| DlqRetention::Unknown(format!("retention.ms = {v:?}")), DlqRetention::Millis),
+                None => DlqRetention::Unknown("the broker does not report retention.ms for the topic".into()),
+            },
+            Some(Err(code)) => DlqRetention::Unknown(format!("DescribeConfigs: {code}")),
+            None => DlqRetention::Unknown("DescribeConfigs returned nothing".into()),
+        },
+    }
+}
+
+impl Inventory {
+    pub async fn take(stores: &Stores, config: &Config) -> Result<Inventory, RetentionError> {
+        let hot = stores.hot.partitions().await.map_err(RetentionError::tier("hot"))?;
+        let catalog = &stores.catalog;
+        let agg = RetentionError::tier("aggregates");
+        let days = catalog.days().await.map_err(agg)?.into_iter().map(|r| (r.day, r)).collect();
+        let manifest = catalog.manifest(None).await.map_err(RetentionError::tier("aggregates"))?;
+        let objects = stores.cold.list_all().await.map_err(RetentionError::tier("cold"))?;
+        let aggregate_days = aggregate_days(catalog).await.map_err(RetentionError::tier("aggregates"))?;
+        let deletions = deletions(catalog).await.map_err(RetentionError::tier("aggregates"))?;
+        let dlq = dlq_retention(config).await;
+        Ok(Inventory { hot, days, manifest, objects, aggregate_days, deletions, dlq })
+    }
+
+    /// Whether the compactor holds a verified archive (and aggregates) of exactly the day's rows.
+    pub fn verified_archive(&self, day: Day) -> bool {
+        let Some(record) = self.days.get(&day) else { return false };
+        let archived: u64 = self.manifest.iter().filter(|m| m.day == day).map(|m| m.rows).sum();
+        matches!(record.state, inferlog_store::catalog::DayState::Aggregated | inferlog_store::catalog::DayState::Releasing)
+            && archived == record.hot_rows
+            && archived > 0
+    }
+}

@@ -1,0 +1,14 @@
+//! `inferlog-retention`: each tier kept inside its policy, provably.
+//!
+//! [`inventory`] (what every tier holds now, and what the audit table says
+//! was deleted) → [`audit`] (the policy, oldest data and every violation,
+//! per tier) or [`enforce`] (delete what expired, each deletion audited).
+
+pub mod audit;
+pub mod config;
+pub mod enforce;
+pub mod error;
+pub mod inventory;
+
+pub use config::Config;
+pub use error::RetentionError;

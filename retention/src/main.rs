@@ -1,0 +1,138 @@
+//! `inferlog-retention --config FILE enforce [--dry-run] [--now T] [--daemon]`
+//! and `inferlog-retention --config FILE audit [--format text|json] [--now T]`.
+//! Exit 0 clean, 1 when the work found problems (violations, refused
+//! deletions), 2 on usage or config errors or when a tier cannot be reached.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use inferlog_retention::audit::{audit, render_text};
+use inferlog_retention::config::Config;
+use inferlog_retention::enforce::{enforce, Outcome};
+use inferlog_retention::inventory::{Inventory, Stores};
+use inferlog_retention::RetentionError;
+use inferlog_store::Day;
+
+#[derive(Debug, Parser)]
+#[command(name = "inferlog-retention", version, about = "Delete what each tier's policy says has expired, and prove it")]
+struct Args {
+    /// The inferlog config file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Delete every unit past its tier's policy; every deletion goes to the audit table.
+    Enforce {
+        /// Delete nothing; report (and audit, marked dry-run) what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Evaluate policies as of this instant (RFC 3339) instead of now.
+        #[arg(long)]
+        now: Option<String>,
+        /// Keep running, enforcing every `retention.interval`, until SIGTERM.
+        #[arg(long)]
+        daemon: bool,
+    },
+    /// Report per tier the policy, the oldest data held and every violation.
+    Audit {
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Evaluate policies as of this instant (RFC 3339) instead of now.
+        #[arg(long)]
+        now: Option<String>,
+    },
+}
+
+#[allow(clippy::print_stdout)]
+fn out(text: &str) {
+    println!("{text}");
+}
+
+fn today(now: Option<&str>) -> Result<Day, RetentionError> {
+    let ms = match now {
+        Some(t) => inferlog_schema::timestamp::parse_rfc3339_ms(t).map_err(|e| RetentionError::Config(format!("--now {t:?}: {e:?}")))?,
+        None => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+    };
+    Ok(inferlog_store::day_of_ms(ms))
+}
+
+async fn enforce_once(stores: &Stores, config: &Config, today: Day, dry_run: bool) -> Result<i32, RetentionError> {
+    let inventory = Inventory::take(stores, config).await?;
+    let actions = enforce(stores, &inventory, &config.retention, today, dry_run).await?;
+    let mut refused = 0;
+    for a in &actions {
+        out(&a.render());
+        if matches!(a.outcome, Outcome::Refused(_)) {
+            refused += 1;
+        }
+    }
+    let done = actions.iter().filter(|a| matches!(a.outcome, Outcome::Deleted | Outcome::WouldDelete)).count();
+    tracing::info!(deletions = done, refused, dry_run, "enforce finished");
+    Ok(if refused > 0 { 1 } else { 0 })
+}
+
+async fn run(args: Args) -> Result<i32, RetentionError> {
+    let config = Config::load(&args.config)?;
+    let stores = Stores::connect(&config).await?;
+    match args.command {
+        Command::Audit { format, now } => {
+            let today = today(now.as_deref())?;
+            let inventory = Inventory::take(&stores, &config).await?;
+            let report = audit(&inventory, &config.retention, &config.kafka.dlq_topic, today);
+            match format {
+                Format::Text => out(render_text(&report).trim_end()),
+                Format::Json => out(&serde_json::to_string_pretty(&report).map_err(|e| RetentionError::Config(e.to_string()))?),
+            }
+            Ok(if report.violations.is_empty() { 0 } else { 1 })
+        }
+        Command::Enforce { dry_run, now, daemon: false } => enforce_once(&stores, &config, today(now.as_deref())?, dry_run).await,
+        Command::Enforce { dry_run, now, daemon: true } => {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|e| RetentionError::Config(format!("SIGTERM handler: {e}")))?;
+            loop {
+                if let Err(e) = enforce_once(&stores, &config, today(now.as_deref())?, dry_run).await {
+                    tracing::error!(error = %e, "enforce failed; retrying next interval");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(config.retention.interval) => {}
+                    _ = term.recv() => return Ok(0),
+                    _ = tokio::signal::ctrl_c() => return Ok(0),
+                }
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(%e, "cannot start the runtime");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            tracing::error!(error = %e, "inferlog-retention failed");
+            ExitCode::from(2)
+        }
+    }
+}

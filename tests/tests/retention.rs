@@ -1,0 +1,218 @@
+//! Retention against the real ClickHouse, Postgres, S3 server and broker:
+//! audit reports exactly the expected violations at an injected time,
+//! enforce deletes exactly the expired units and audits every deletion,
+//! an unarchived hot day is never dropped, cold-store drift is reported,
+//! dry runs change nothing, and a kill -9 mid-enforce converges.
+
+use std::time::{Duration, Instant};
+
+use inferlog_tests::tiers::{day_string, today, TierScenario};
+use inferlog_tests::{kafka_brokers, kafkatool};
+
+/// Policies: hot 7 days, aggregates 20, cold 25; a DLQ topic keeping 7 days.
+fn scenario(name: &str, dlq_retention_ms: Option<u64>) -> TierScenario {
+    let id = inferlog_tests::unique(name);
+    let dlq = format!("{id}-dlq");
+    let mut args = vec!["create-topics".to_owned(), "--partitions".into(), "1".into()];
+    if let Some(ms) = dlq_retention_ms {
+        args.extend(["--config".into(), format!("retention.ms={ms}")]);
+    }
+    args.push(dlq.clone());
+    kafkatool(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    TierScenario::new(
+        name,
+        &format!(
+            "[kafka]\nbrokers = \"{}\"\ndlq_topic = \"{dlq}\"\n\n[retention]\nhot_days = 7\naggregate_days = 20\ncold_days = 25\n",
+            kafka_brokers()
+        ),
+    )
+}
+
+const SEVEN_DAYS_MS: u64 = 7 * 86_400_000;
+
+/// Noon of `today() + offset` as RFC 3339.
+fn at(offset: i32) -> String {
+    format!("{}T12:00:00Z", day_string(today() + offset))
+}
+
+/// 30 days of rows ending two days ago, compacted (days past the 7-day hot policy released).
+fn thirty_compacted_days(s: &TierScenario, per_day: usize) {
+    s.seed(per_day * 30, 30, today() - 2, 51);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+}
+
+fn audit_json(s: &TierScenario, now: &str, log: &str) -> (i32, serde_json::Value) {
+    let (code, stdout) = s.run("inferlog-retention", &["audit", "--format", "json", "--now", now], log);
+    let report = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {}", s.log(log)));
+    (code, report)
+}
+
+/// (tier, unit, cause) of every violation, sorted.
+fn violations(report: &serde_json::Value) -> Vec<(String, String, String)> {
+    let mut v: Vec<(String, String, String)> = report["violations"]
+        .as_array()
+        .expect("violations")
+        .iter()
+        .map(|v| (v["tier"].as_str().unwrap_or("").to_owned(), v["unit"].as_str().unwrap_or("").to_owned(), v["cause"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn object_key(s: &TierScenario, day: i32) -> String {
+    format!("{}dt={}/part-0000.parquet", s.prefix, day_string(day))
+}
+
+#[test]
+fn audit_reports_exactly_the_expired_units_enforce_removes_them_and_audits_each() {
+    let s = scenario("ret_policy", Some(SEVEN_DAYS_MS));
+    thirty_compacted_days(&s, 150);
+    let t = today();
+    // As of today + 5: hot keeps days >= t-2, aggregates >= t-15, cold >= t-20.
+    let now = at(5);
+    let mut expected: Vec<(String, String, String)> = Vec::new();
+    for d in (t - 7)..=(t - 3) {
+        expected.push(("hot".into(), day_string(d), "expired.present".into()));
+    }
+    for d in (t - 31)..=(t - 16) {
+        expected.push(("aggregates".into(), day_string(d), "expired.present".into()));
+    }
+    for d in (t - 31)..=(t - 21) {
+        expected.push(("cold".into(), object_key(&s, d), "expired.present".into()));
+    }
+    expected.sort();
+    let (code, report) = audit_json(&s, &now, "audit1.log");
+    assert_eq!(code, 1, "violations exit 1");
+    assert_eq!(violations(&report), expected, "exactly the expired units, nothing else");
+    assert_eq!(report["dlq"]["retention_ms"], SEVEN_DAYS_MS, "the broker reports the DLQ retention");
+    let hot = &report["tiers"][0];
+    assert_eq!((hot["tier"].as_str(), hot["oldest"].as_str(), hot["units"].as_u64(), hot["expired_units"].as_u64()), (Some("hot"), Some(day_string(t - 7).as_str()), Some(6), Some(5)));
+
+    // Dry run: reports the same units, deletes nothing, audits them as dry runs.
+    let before = s.end_state();
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--dry-run", "--now", &now], "dry.log");
+    assert_eq!(code, 0, "{}", s.log("dry.log"));
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("would delete ")).count(), expected.len(), "{stdout}");
+    assert!(!stdout.contains("\ndeleted "), "{stdout}");
+    let after_dry = s.end_state();
+    let without_audit = |state: &str| state.split("--audit").next().unwrap_or("").to_owned() + state.split("--objects").nth(1).unwrap_or("");
+    assert_eq!(without_audit(&after_dry), without_audit(&before), "a dry run changes no data");
+    assert_eq!(s.psql("SELECT count(*) FROM retention_audit WHERE dry_run AND actor = 'retention'"), expected.len().to_string());
+    assert_eq!(violations(&audit_json(&s, &now, "audit-dry.log").1), expected, "dry-run rows are not deletions");
+
+    // Enforce: exactly the expired units go, each with an audit row.
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &now], "enforce.log");
+    assert_eq!(code, 0, "{}", s.log("enforce.log"));
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("deleted ")).count(), expected.len(), "{stdout}");
+    let (code, report) = audit_json(&s, &now, "audit2.log");
+    assert_eq!(code, 0, "clean after enforce: {report}");
+    assert!(violations(&report).is_empty());
+    assert_eq!(s.hot_days().into_iter().map(|(d, _)| d).collect::<Vec<_>>(), vec![day_string(t - 2)]);
+    assert_eq!(s.psql("SELECT min(day)::text FROM daily_aggregates"), day_string(t - 15));
+    let objects: Vec<String> = s.s3_objects().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(objects.first(), Some(&object_key(&s, t - 20)), "oldest object kept");
+    assert_eq!(objects.len(), 19, "days t-20 ..= t-2");
+    assert_eq!(s.psql("SELECT count(*) FROM cold_manifest"), "19", "manifest rows of deleted objects are gone");
+    let audited = s.psql("SELECT tier, unit FROM retention_audit WHERE NOT dry_run AND actor = 'retention' ORDER BY tier, unit");
+    let mut listed: Vec<(String, String)> = expected.iter().map(|(t, u, _)| (t.clone(), u.clone())).collect();
+    listed.sort();
+    assert_eq!(audited, listed.iter().map(|(t, u)| format!("{t}\t{u}")).collect::<Vec<_>>().join("\n"), "every deletion audited once");
+    assert_eq!(
+        s.psql("SELECT count(*) FROM retention_audit WHERE NOT dry_run AND (rows IS NULL AND bytes IS NULL OR policy = '')"),
+        "0",
+        "each audit row carries its size and policy"
+    );
+    // Idempotent: nothing left to do.
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &now], "enforce2.log");
+    assert_eq!((code, stdout.trim()), (0, ""), "{}", s.log("enforce2.log"));
+}
+
+#[test]
+fn an_unarchived_hot_day_is_never_dropped_and_drift_in_the_cold_store_is_reported() {
+    let s = scenario("ret_unarch", Some(SEVEN_DAYS_MS));
+    let t = today();
+    s.seed(2_000, 2, t - 3, 61);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+    // A third day the compactor never saw.
+    s.seed(500, 1, t - 1, 62);
+    let now = at(10); // every hot day past the 7-day policy
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &now], "enforce.log");
+    assert_eq!(code, 1, "a refused deletion is a problem found: {stdout}");
+    assert!(stdout.contains(&format!("refused hot {}: no verified archive", day_string(t - 1))), "{stdout}");
+    assert_eq!(s.hot_days().into_iter().map(|(d, _)| d).collect::<Vec<_>>(), vec![day_string(t - 1)], "only the archived days were dropped");
+    let (code, report) = audit_json(&s, &now, "audit.log");
+    assert_eq!(code, 1);
+    assert_eq!(violations(&report), vec![("hot".into(), day_string(t - 1), "hot.unarchived".into())], "{report}");
+
+    // Cold drift: an object deleted behind the manifest's back, and an object nobody listed.
+    let missing = object_key(&s, t - 4);
+    let orphan = format!("{}dt={}/stray.parquet", s.prefix, day_string(t - 3));
+    let script = "import sys, boto3\n\
+        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='x', aws_secret_access_key='y')\n\
+        s3.delete_object(Bucket='inferlog-cold', Key=sys.argv[2])\n\
+        s3.put_object(Bucket='inferlog-cold', Key=sys.argv[3], Body=b'not parquet')\n";
+    let out = std::process::Command::new("python3").args(["-c", script, &inferlog_tests::tiers::s3_endpoint(), &missing, &orphan]).output().expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, report) = audit_json(&s, &at(0), "audit-drift.log");
+    assert_eq!(code, 1);
+    assert_eq!(
+        violations(&report),
+        vec![("cold".into(), missing, "manifest.object_missing".into()), ("cold".into(), orphan, "object.unlisted".into())],
+        "{report}"
+    );
+}
+
+#[test]
+fn a_dlq_kept_longer_than_the_hot_policy_or_of_unknown_retention_is_a_violation() {
+    for (name, retention, cause) in [("ret_dlq_long", Some(30 * 86_400_000u64), "dlq.retention_exceeds"), ("ret_dlq_unset", None, "dlq.retention_unknown")] {
+        let s = scenario(name, retention);
+        let (code, report) = audit_json(&s, &at(0), "audit.log");
+        assert_eq!(code, 1, "{report}");
+        assert_eq!(violations(&report).into_iter().map(|v| v.2).collect::<Vec<_>>(), vec![cause.to_owned()], "{report}");
+        let (code, text) = s.run("inferlog-retention", &["audit"], "audit-text.log");
+        assert_eq!(code, 1);
+        assert!(text.contains(cause) && text.contains("violations"), "{text}");
+    }
+}
+
+#[test]
+fn a_tier_that_cannot_be_reached_exits_2() {
+    let s = scenario("ret_down", Some(SEVEN_DAYS_MS));
+    let config = std::fs::read_to_string(&s.config).expect("config").replace("127.0.0.1:8123", "127.0.0.1:1");
+    std::fs::write(&s.config, config).expect("config");
+    let (code, _) = s.run("inferlog-retention", &["audit"], "audit.log");
+    assert_eq!(code, 2, "never a silent pass: {}", s.log("audit.log"));
+    assert!(s.log("audit.log").contains("hot tier"), "{}", s.log("audit.log"));
+}
+
+#[test]
+fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
+    let now = at(5);
+    let reference = {
+        let s = scenario("ret_kill_ref", Some(SEVEN_DAYS_MS));
+        thirty_compacted_days(&s, 60);
+        let (code, _) = s.run("inferlog-retention", &["enforce", "--now", &now], "enforce.log");
+        assert_eq!(code, 0, "{}", s.log("enforce.log"));
+        s.end_state()
+    };
+    for tier in ["hot", "aggregates", "cold"] {
+        let s = scenario(&format!("ret_kill_{tier}"), Some(SEVEN_DAYS_MS));
+        thirty_compacted_days(&s, 60);
+        let mut child = s.spawn("inferlog-retention", &["enforce", "--now", &now], "paused.log", &[("INFERLOG_RETENTION_PAUSE_AFTER", tier)]);
+        let started = Instant::now();
+        while !s.log("paused.log").contains("pausing here until killed") {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                panic!("enforce exited ({status}) before its first {tier} deletion: {}", s.log("paused.log"));
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{}", s.log("paused.log"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.kill().expect("kill -9");
+        let _ = child.wait();
+        let (code, _) = s.run("inferlog-retention", &["enforce", "--now", &now], "resume.log");
+        assert_eq!(code, 0, "{}", s.log("resume.log"));
+        assert_eq!(s.end_state(), reference, "end state after kill -9 during the {tier} tier");
+    }
+}
