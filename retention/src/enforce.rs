@@ -71,9 +71,6 @@ impl Action {
     }
 }
 
-fn audit_entry(tier: &'static str, unit: String, action: &'static str, rows: Option<u64>, bytes: Option<u64>, policy: String, dry_run: bool, detail: Option<String>) -> AuditEntry {
-    AuditEntry { tier, unit, action, rows, bytes, policy, dry_run, actor: "retention", detail }
-}
 
 /// Deletes (or, with `dry_run`, lists) every expired unit.
 pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &RetentionConfig, today: Day, dry_run: bool) -> Result<Vec<Action>, RetentionError> {
@@ -163,7 +160,17 @@ async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig
         }
     }
     if count > 0 {
-        let entry = audit_entry("aggregates", day_string(day), "delete_rows", Some(count as u64), None, policies.aggregate_days.to_string(), dry_run, None);
+        let entry = AuditEntry {
+            tier: "aggregates",
+            unit: day_string(day),
+            action: "delete_rows",
+            rows: Some(count as u64),
+            bytes: None,
+            policy: policies.aggregate_days.to_string(),
+            dry_run,
+            actor: "retention",
+            detail: None,
+        };
         inferlog_store::catalog::insert_audit(&mut *tx, &entry).await?;
     }
     tx.commit().await.map_err(pg("commit"))?;
@@ -183,7 +190,17 @@ async fn delete_object(stores: &Stores, key: &str, bytes: u64, inventory: &Inven
         if !dry_run {
             sqlx::query("DELETE FROM cold_manifest WHERE object_key = $1").bind(key).execute(&mut *tx).await.map_err(pg("delete manifest row"))?;
         }
-        let entry = audit_entry("cold", key.to_owned(), "delete_object", None, Some(bytes), policies.cold_days.to_string(), dry_run, detail);
+        let entry = AuditEntry {
+            tier: "cold",
+            unit: key.to_owned(),
+            action: "delete_object",
+            rows: None,
+            bytes: Some(bytes),
+            policy: policies.cold_days.to_string(),
+            dry_run,
+            actor: "retention",
+            detail,
+        };
         inferlog_store::catalog::insert_audit(&mut *tx, &entry).await?;
         tx.commit().await.map_err(pg("commit"))?;
         Ok::<(), StoreError>(())
