@@ -339,3 +339,36 @@ fn the_daemon_serves_metrics_and_stops_on_sigterm() {
     let status = inferlog_tests::wait_with_limit(&mut child, Duration::from_secs(20));
     assert!(status.success(), "SIGTERM between passes exits 0: {status}");
 }
+
+#[test]
+fn two_replicas_share_the_days_and_a_local_directory_works_as_the_cold_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = TierScenario::new("cmp_replicas", "");
+    let config = std::fs::read_to_string(&s.config).expect("config");
+    let cold = format!("[cold]\nurl = \"file://{}/\"\n", dir.path().display());
+    let start = config.find("[cold]").expect("[cold]");
+    let end = config[start..].find("\n\n").map_or(config.len(), |e| start + e + 2);
+    std::fs::write(&s.config, format!("{}{cold}\n{}", &config[..start], &config[end..])).expect("config");
+    let old = today() - 12;
+    let events = s.seed(12_000, 6, old, 71);
+    let mut a = s.spawn("inferlog-compactor", &["--once"], "a.log", &[]);
+    let mut b = s.spawn("inferlog-compactor", &["--once"], "b.log", &[]);
+    let (sa, sb) = (a.wait().expect("a"), b.wait().expect("b"));
+    assert!(sa.success() && sb.success(), "{}\n{}", s.log("a.log"), s.log("b.log"));
+    // Whatever each replica skipped as busy, one more pass finishes; nothing is done twice.
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "c.log");
+    assert_eq!(code, 0, "{}", s.log("c.log"));
+    assert_eq!(s.psql("SELECT count(*), sum(hot_rows) FROM compactor_days WHERE state = 'released'"), format!("6\t{}", events.len()));
+    assert_eq!(s.psql("SELECT count(*), count(DISTINCT unit) FROM retention_audit"), "6\t6", "each day released once");
+    assert!(s.hot_days().is_empty());
+    let mut files: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).expect("cold dir") {
+        let day_dir = entry.expect("entry").path();
+        for f in std::fs::read_dir(&day_dir).expect("day dir") {
+            files.push(format!("{}/{}", day_dir.file_name().and_then(|n| n.to_str()).unwrap_or(""), f.expect("file").file_name().to_string_lossy()));
+        }
+    }
+    files.sort();
+    let manifest = s.psql("SELECT object_key FROM cold_manifest ORDER BY object_key");
+    assert_eq!(files.join("\n"), manifest, "one file per manifest row under dt= folders, nothing else");
+}
