@@ -204,23 +204,12 @@ impl DayWork {
     /// compares the real bytes; the written digest is recomputed from the
     /// store, and the footer and column checks still hold it to ClickHouse.
     async fn rehash(&self, day: Day, count: u32) -> Result<Vec<WrittenObject>, CompactorError> {
-        use futures_util::TryStreamExt;
-        use object_store::ObjectStoreExt;
-        use sha2::{Digest, Sha256};
         let mut objects = Vec::new();
         for part in 0..count {
             let key = self.cold.object_key(day, part);
-            let path = object_store::path::Path::from(key.as_str());
-            let get = self.cold.store().get(&path).await.map_err(inferlog_store::StoreError::object("read back", &key))?;
-            let mut stream = get.into_stream();
-            let mut hasher = Sha256::new();
-            let mut bytes = 0u64;
-            while let Some(chunk) = stream.try_next().await.map_err(inferlog_store::StoreError::object("read back", &key))? {
-                hasher.update(&chunk);
-                bytes += chunk.len() as u64;
-            }
+            let (bytes, sha256) = crate::verify::object_digest(&self.cold, &key).await?;
             let rows = crate::verify::footer_rows(&self.cold, &key, bytes).await?;
-            objects.push(WrittenObject { key, rows, bytes, sha256: hex::encode(hasher.finalize()) });
+            objects.push(WrittenObject { key, rows, bytes, sha256 });
         }
         Ok(objects)
     }

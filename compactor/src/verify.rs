@@ -110,63 +110,23 @@ pub async fn verify_day(
     let mut total = ReadBack::default();
     let mut entries = Vec::with_capacity(objects.len());
     for object in objects {
-        let path = Path::from(object.key.as_str());
-        // 1. The bytes: streamed, so memory does not grow with the object.
-        let get = cold.store().get(&path).await.map_err(StoreError::object("read back", &object.key))?;
-        let mut stream = get.into_stream();
-        let mut hasher = Sha256::new();
-        let mut size = 0u64;
-        while let Some(chunk) = stream.try_next().await.map_err(StoreError::object("read back", &object.key))? {
-            hasher.update(&chunk);
-            size += chunk.len() as u64;
-        }
-        let sha256 = hex::encode(hasher.finalize());
+        // The bytes and the columns are read back at once: two reads of one object.
+        let (digest, (object_rows, sums)) = tokio::try_join!(object_digest(cold, &object.key), read_columns(cold, day, object))?;
+        let (size, sha256) = digest;
         if size != object.bytes || sha256 != object.sha256 {
             return Err(mismatch(day, &object.key, format!("read back {size} bytes sha256 {sha256}, wrote {} bytes sha256 {}", object.bytes, object.sha256)));
-        }
-        // 2. The footer and the columns the fingerprint covers.
-        let reader = ObjectReader { store: cold.store().clone(), path, size };
-        let parquet_err = |source| CompactorError::Parquet { operation: "read back", key: object.key.clone(), source };
-        let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(parquet_err)?;
-        let meta = builder.metadata().file_metadata();
-        if meta.num_rows() as u64 != object.rows {
-            return Err(mismatch(day, &object.key, format!("footer has {} rows, wrote {}", meta.num_rows(), object.rows)));
-        }
-        let version = meta
-            .key_value_metadata()
-            .and_then(|kv| kv.iter().find(|e| e.key == "inferlog.schema_version"))
-            .and_then(|e| e.value.clone());
-        if version.as_deref() != Some(SCHEMA_VERSION.to_string().as_str()) {
-            return Err(mismatch(day, &object.key, format!("schema version {version:?} in the footer, expected {SCHEMA_VERSION}")));
-        }
-        let schema = builder.parquet_schema();
-        let column = |name: &str| schema.columns().iter().position(|c| c.name() == name);
-        let wanted = ["timestamp", "input_tokens", "output_tokens", "error_code"];
-        let leaves: Vec<usize> = wanted.iter().filter_map(|n| column(n)).collect();
-        if leaves.len() != wanted.len() {
-            return Err(mismatch(day, &object.key, "a fingerprint column is missing".into()));
-        }
-        let mask = ProjectionMask::leaves(schema, leaves);
-        let mut batches = builder.with_projection(mask).with_batch_size(65_536).build().map_err(parquet_err)?;
-        let mut object_rows = 0u64;
-        while let Some(batch) = batches.try_next().await.map_err(parquet_err)? {
-            let ts = batch.column(0).as_primitive::<TimestampMillisecondType>();
-            let input = batch.column(1).as_primitive::<Int64Type>();
-            let output = batch.column(2).as_primitive::<Int64Type>();
-            let errors = batch.column(3).as_primitive::<Int32Type>();
-            object_rows += batch.num_rows() as u64;
-            total.input_tokens += input.values().iter().map(|v| *v as u64).sum::<u64>();
-            total.output_tokens += output.values().iter().map(|v| *v as u64).sum::<u64>();
-            total.errors += errors.values().iter().filter(|v| **v != 0).count() as u64;
-            for &t in ts.values().iter() {
-                total.min_ts = Some(total.min_ts.map_or(t, |m| m.min(t)));
-                total.max_ts = Some(total.max_ts.map_or(t, |m| m.max(t)));
-            }
         }
         if object_rows != object.rows {
             return Err(mismatch(day, &object.key, format!("decoded {object_rows} rows, wrote {}", object.rows)));
         }
         total.rows += object_rows;
+        total.input_tokens += sums.input_tokens;
+        total.output_tokens += sums.output_tokens;
+        total.errors += sums.errors;
+        for t in [sums.min_ts, sums.max_ts].into_iter().flatten() {
+            total.min_ts = Some(total.min_ts.map_or(t, |m| m.min(t)));
+            total.max_ts = Some(total.max_ts.map_or(t, |m| m.max(t)));
+        }
         entries.push(ManifestEntry {
             object_key: object.key.clone(),
             day,
@@ -182,4 +142,62 @@ pub async fn verify_day(
         return Err(mismatch(day, key, format!("archive has {}, ClickHouse has {}", found.encode(), expected.encode())));
     }
     Ok(entries)
+}
+
+/// Size and SHA-256 of an object as the store returns it, streamed so
+/// memory does not grow with the object.
+pub async fn object_digest(cold: &ColdStore, key: &str) -> Result<(u64, String), CompactorError> {
+    let get = cold.store().get(&Path::from(key)).await.map_err(StoreError::object("read back", key))?;
+    let mut stream = get.into_stream();
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    while let Some(chunk) = stream.try_next().await.map_err(StoreError::object("read back", key))? {
+        hasher.update(&chunk);
+        size += chunk.len() as u64;
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
+/// The footer (row count, schema version) and the fingerprint columns of
+/// one object: (rows decoded, their aggregates).
+async fn read_columns(cold: &ColdStore, day: Day, object: &WrittenObject) -> Result<(u64, ReadBack), CompactorError> {
+    let reader = ObjectReader { store: cold.store().clone(), path: Path::from(object.key.as_str()), size: object.bytes };
+    let parquet_err = |source| CompactorError::Parquet { operation: "read back", key: object.key.clone(), source };
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(parquet_err)?;
+    let meta = builder.metadata().file_metadata();
+    if meta.num_rows() as u64 != object.rows {
+        return Err(mismatch(day, &object.key, format!("footer has {} rows, wrote {}", meta.num_rows(), object.rows)));
+    }
+    let version = meta
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == "inferlog.schema_version"))
+        .and_then(|e| e.value.clone());
+    if version.as_deref() != Some(SCHEMA_VERSION.to_string().as_str()) {
+        return Err(mismatch(day, &object.key, format!("schema version {version:?} in the footer, expected {SCHEMA_VERSION}")));
+    }
+    let mut total = ReadBack::default();
+    let schema = builder.parquet_schema();
+    let column = |name: &str| schema.columns().iter().position(|c| c.name() == name);
+    let wanted = ["timestamp", "input_tokens", "output_tokens", "error_code"];
+    let leaves: Vec<usize> = wanted.iter().filter_map(|n| column(n)).collect();
+    if leaves.len() != wanted.len() {
+        return Err(mismatch(day, &object.key, "a fingerprint column is missing".into()));
+    }
+    let mask = ProjectionMask::leaves(schema, leaves);
+    let mut batches = builder.with_projection(mask).with_batch_size(65_536).build().map_err(parquet_err)?;
+    while let Some(batch) = batches.try_next().await.map_err(parquet_err)? {
+        let ts = batch.column(0).as_primitive::<TimestampMillisecondType>();
+        let input = batch.column(1).as_primitive::<Int64Type>();
+        let output = batch.column(2).as_primitive::<Int64Type>();
+        let errors = batch.column(3).as_primitive::<Int32Type>();
+        total.rows += batch.num_rows() as u64;
+        total.input_tokens += input.values().iter().map(|v| *v as u64).sum::<u64>();
+        total.output_tokens += output.values().iter().map(|v| *v as u64).sum::<u64>();
+        total.errors += errors.values().iter().filter(|v| **v != 0).count() as u64;
+        for &t in ts.values().iter() {
+            total.min_ts = Some(total.min_ts.map_or(t, |m| m.min(t)));
+            total.max_ts = Some(total.max_ts.map_or(t, |m| m.max(t)));
+        }
+    }
+    Ok((total.rows, total))
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The README's demo: installs what is missing, builds, starts the local
 # services, generates a week of traffic (2% invalid), produces it to Kafka,
-# runs ingest until the topic is drained, and shows what landed where.
+# runs ingest until the topic is drained, then the compactor (daily
+# aggregates into Postgres, Parquet archive on S3) and the retention audit,
+# and shows what landed where.
 # Safe to re-run (each run uses its own topic and table). Stop the services
 # with `deploy/local/services.sh down`.
 set -euo pipefail
@@ -24,7 +26,8 @@ step "generating 6 days of traffic: 200,000 events, 2% invalid on purpose"
 "$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 || true
 
 step "producing to Kafka topic $run-events (the independent client: confluent-kafka)"
-python3 deploy/local/kafkatool.py create-topics --partitions 8 "$run-events" "$run-dlq"
+python3 deploy/local/kafkatool.py create-topics --partitions 8 "$run-events"
+python3 deploy/local/kafkatool.py create-topics --partitions 8 --config retention.ms=604800000 "$run-dlq"
 python3 deploy/local/kafkatool.py produce --topic "$run-events" "$work/events.jsonl"
 
 step "ingesting until the topic is drained (metrics on http://127.0.0.1:9464/metrics meanwhile)"
@@ -52,4 +55,23 @@ step "rejected events by reason (also in the DLQ topic $run-dlq, with the origin
 ch "SELECT reason, count() AS events FROM inferlog.${run}_rejects GROUP BY reason ORDER BY events DESC"
 step "reconciliation: produced = hot rows + rejects"
 ch "SELECT 200000 AS produced, (SELECT count() FROM $t) AS hot_rows, (SELECT count() FROM inferlog.${run}_rejects) AS rejected"
+
+# The compactor and retention read the same config; this run gets its own Postgres schema and S3 prefix.
+export INFERLOG_CLICKHOUSE__TABLE="${run}_logs" INFERLOG_POSTGRES__SCHEMA="$run" \
+  INFERLOG_COLD__URL="s3://inferlog-cold/$run/" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" INFERLOG_COMPACTOR__METRICS_ADDR=""
+pg() { psql "postgres://postgres@127.0.0.1:5432/inferlog" -X -q -P pager=off -c "SET search_path TO $run; $1"; }
+step "compactor: every closed day archived to Parquet on S3, verified, aggregated into Postgres"
+"$bin/inferlog-compactor" --config deploy/local/inferlog.toml --once 2>&1 | grep -E "stage finished|pass finished|ERROR" >&2
+pg "SELECT day, state, hot_rows, objects, pg_size_pretty(bytes) AS parquet FROM compactor_days ORDER BY day"
+step "cold tier: the Parquet objects (manifest: key, rows, bytes, sha256)"
+pg "SELECT object_key, rows, pg_size_pretty(bytes) AS size, left(sha256, 16) AS sha256 FROM cold_manifest ORDER BY object_key"
+step "aggregates tier: per-day latency percentiles and tokens for two business lines (Postgres daily_aggregates)"
+pg "SELECT day, business_line, sum(requests) AS requests, sum(errors) AS errors, sum(input_tokens) AS tokens_in,
+           sum(output_tokens) AS tokens_out, round(max(total_latency_p50_ms)) AS worst_bucket_p50_ms,
+           round(max(total_latency_p95_ms)) AS worst_bucket_p95_ms, round(max(total_latency_p99_ms)) AS worst_bucket_p99_ms
+      FROM daily_aggregates WHERE business_line IN ('search', 'code-copilot') GROUP BY day, business_line ORDER BY day, business_line"
+step "errors by code and stage (Postgres daily_errors, whole period)"
+pg "SELECT error_name, error_stage, sum(errors) AS errors FROM daily_errors GROUP BY error_name, error_stage ORDER BY errors DESC LIMIT 10"
+step "retention audit: policy, oldest data and violations per tier"
+"$bin/inferlog-retention" --config deploy/local/inferlog.toml audit 2>/dev/null || true
 echo "stop the services with: deploy/local/services.sh down" >&2

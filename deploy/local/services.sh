@@ -97,9 +97,27 @@ stop_pidfile() { # pidfile name
   rm -f "$1"
 }
 
+# Stops a server on PORT that another checkout (another pid file) may have
+# started: by its pid file first, else by its command line.
+stop_by_pattern() { # port pattern name
+  port_open "$1" || return 0
+  local pids; pids=$(pgrep -f "$2" || true)
+  [ -n "$pids" ] || return 0
+  log "stopping $3 (pids $(echo $pids))"
+  kill $pids 2>/dev/null || true
+  for _ in $(seq 1 100); do port_open "$1" || return 0; sleep 0.1; done
+  kill -9 $pids 2>/dev/null || true
+}
+
 stop_clickhouse() {
   stop_pidfile "$dir/clickhouse.pid" clickhouse
+  stop_by_pattern $CH_HTTP_PORT "clickhouse-server --config-file" clickhouse
   for _ in $(seq 1 50); do port_open $CH_HTTP_PORT || return 0; sleep 0.2; done
+}
+
+stop_s3() {
+  stop_pidfile "$dir/s3.pid" moto
+  stop_by_pattern "$S3_PORT" "moto.server -H 127.0.0.1 -p $S3_PORT" moto
 }
 
 start_tansu() {
@@ -177,7 +195,7 @@ case "${1:-}" in
   start-clickhouse) start_clickhouse ;;
   restart-clickhouse) stop_clickhouse; start_clickhouse ;;
   # moto keeps objects in memory: a stopped S3 server comes back empty (with its bucket).
-  stop-s3) stop_pidfile "$dir/s3.pid" moto ;;
+  stop-s3) stop_s3 ;;
   start-s3) start_s3 ;;
   *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse|stop-s3|start-s3" >&2; exit 2 ;;
 esac

@@ -6,4 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/local/services.sh up
 cargo build --release --locked --bins
-INFERLOG_BIN_DIR="$PWD/target/release" cargo test --workspace --locked --no-fail-fast -- --test-threads 2
+# --release: the tests reuse the dependencies the binaries were just built
+# with (arrow, parquet, object_store, rdkafka) instead of a second debug build.
+INFERLOG_BIN_DIR="$PWD/target/release" cargo test --release --workspace --locked --no-fail-fast -- --test-threads 2
