@@ -103,24 +103,7 @@ async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    inferlog_store::cli::init_logging();
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(%e, "cannot start the runtime");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(code) => ExitCode::from(code as u8),
-        Err(e) => {
-            tracing::error!(error = %e, "inferlog-compactor failed");
-            ExitCode::from(2)
-        }
-    }
+    inferlog_store::cli::run("inferlog-compactor", run(args))
 }

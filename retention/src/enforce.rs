@@ -76,7 +76,7 @@ impl Action {
 pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &RetentionConfig, today: Day, dry_run: bool) -> Result<Vec<Action>, RetentionError> {
     let mut actions = Vec::new();
     let catalog = &stores.catalog;
-    let hot_err = RetentionError::tier;
+    let tier_err = RetentionError::tier;
 
     // Hot: expired day partitions, only with a verified archive; and days
     // whose drop happened but whose bookkeeping did not (a kill in between).
@@ -89,14 +89,14 @@ pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &Retentio
     hot.sort_by_key(|p| p.day);
     for p in &hot {
         let unit = day_string(p.day);
-        let Some(lock) = catalog.try_lock_day(p.day).await.map_err(hot_err("aggregates"))? else {
+        let Some(lock) = catalog.try_lock_day(p.day).await.map_err(tier_err("aggregates"))? else {
             actions.push(Action { tier: "hot", unit, action: "drop_partition", rows: Some(p.rows), bytes: None, outcome: Outcome::Busy });
             continue;
         };
         let by = ReleaseBy { actor: "retention", policy: policies.hot_days, dry_run };
         let released = release_day(&stores.hot, catalog, p.day, by, pause_point("hot")).await;
         lock.unlock().await;
-        let outcome = match released.map_err(hot_err("hot"))? {
+        let outcome = match released.map_err(tier_err("hot"))? {
             Release::Released { rows, .. } => (Some(rows), if dry_run { Outcome::WouldDelete } else { Outcome::Deleted }),
             Release::Refused(why) => (Some(p.rows), Outcome::Refused(why.to_string())),
         };
@@ -106,13 +106,13 @@ pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &Retentio
     // Aggregates: expired days' rows.
     for (&day, &rows) in inventory.aggregate_days.iter().filter(|(d, _)| policies.aggregate_days.expired(**d, today)) {
         let unit = day_string(day);
-        let Some(lock) = catalog.try_lock_day(day).await.map_err(hot_err("aggregates"))? else {
+        let Some(lock) = catalog.try_lock_day(day).await.map_err(tier_err("aggregates"))? else {
             actions.push(Action { tier: "aggregates", unit, action: "delete_rows", rows: Some(rows), bytes: None, outcome: Outcome::Busy });
             continue;
         };
         let deleted = delete_aggregates(stores, day, policies, dry_run).await;
         lock.unlock().await;
-        let rows = deleted.map_err(hot_err("aggregates"))?;
+        let rows = deleted.map_err(tier_err("aggregates"))?;
         if rows > 0 && !dry_run {
             pause_point("aggregates").await;
         }
@@ -133,7 +133,7 @@ pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &Retentio
     }
     keys.sort();
     for (key, day, bytes) in keys {
-        let Some(lock) = catalog.try_lock_day(day).await.map_err(hot_err("aggregates"))? else {
+        let Some(lock) = catalog.try_lock_day(day).await.map_err(tier_err("aggregates"))? else {
             actions.push(Action { tier: "cold", unit: key, action: "delete_object", rows: None, bytes: Some(bytes), outcome: Outcome::Busy });
             continue;
         };

@@ -11,8 +11,10 @@
 //! - [`policy`]: retention policies and the one rule deciding when a day has expired.
 //! - [`release`]: the one way a day leaves the hot tier (verified archive first).
 //! - [`http`]: the `/metrics` and `/healthz` endpoint every daemon serves.
+//! - [`cli`]: logging, runtime and exit code of every command's `main`.
 
 pub mod catalog;
+pub mod cli;
 pub mod cold;
 pub mod config;
 pub mod error;
