@@ -14,16 +14,18 @@ use serde::{Deserialize, Serialize};
 use crate::error::CompactorError;
 
 /// The `[compactor]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct CompactorConfig {
     /// Time between two passes of the daemon. Default: "5m".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub interval: Duration,
     /// A UTC day is closed, and compacted, once it ended this long ago.
     /// Rows arriving later still land in ClickHouse; the next pass sees the
     /// day's fingerprint change and archives and aggregates it again. Default: "1h".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub lateness: Duration,
     /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9465".
     pub metrics_addr: String,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inferlog_store::catalog::DayState;
+use inferlog_store::http::metric as must;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone, Debug)]
@@ -22,11 +23,6 @@ pub struct Metrics {
     stage_seconds: prometheus::HistogramVec,
     /// False after a pass with failed days; `/healthz` answers 503 then.
     pub healthy: Arc<AtomicBool>,
-}
-
-fn must<T>(r: prometheus::Result<T>) -> T {
-    // Metric names and labels are constants: registration cannot fail.
-    r.unwrap_or_else(|e| panic!("metric registration: {e}"))
 }
 
 impl Default for Metrics {

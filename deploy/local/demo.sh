@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's demo: installs what is missing, builds, starts the local
-# services, generates a week of traffic (2% invalid), produces it to Kafka,
+# services, generates 14 days of traffic (2% invalid), produces it to Kafka,
 # runs ingest until the topic is drained, then the compactor (daily
-# aggregates into Postgres, Parquet archive on S3) and the retention audit,
-# and shows what landed where.
+# aggregates into Postgres, Parquet archive on S3), retention (days past the
+# 7-day hot policy leave ClickHouse) and its audit, and shows what landed
+# where, reconciled across the tiers.
 # Safe to re-run (each run uses its own topic and table). Stop the services
 # with `deploy/local/services.sh down`.
 set -euo pipefail
@@ -21,8 +22,9 @@ step "building inferlog (release; the first build takes a few minutes)"
 cargo build --release --locked --bins 2>&1 | tail -n 1
 bin=target/release
 
-step "generating 6 days of traffic: 200,000 events, 2% invalid on purpose"
-"$bin/inferlog-schema" generate --count 200000 --days 6 --seed 7 --invalid-ratio 0.02 > "$work/events.jsonl"
+produced=280000
+step "generating 14 days of traffic: $produced events, 2% invalid on purpose"
+"$bin/inferlog-schema" generate --count $produced --days 14 --seed 7 --invalid-ratio 0.02 > "$work/events.jsonl"
 "$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 || true
 
 step "producing to Kafka topic $run-events (the independent client: confluent-kafka)"
@@ -30,8 +32,12 @@ python3 deploy/local/kafkatool.py create-topics --partitions 8 "$run-events"
 python3 deploy/local/kafkatool.py create-topics --partitions 8 --config retention.ms=604800000 "$run-dlq"
 python3 deploy/local/kafkatool.py produce --topic "$run-events" "$work/events.jsonl"
 
+# A two-week backfill: ingest and the compactor accept events up to 15 days
+# old for this run (the shipped config keeps max_event_age = hot_days = 7d);
+# retention below then applies the normal 7-day hot policy.
+backfill=(INFERLOG_SCHEMA__MAX_EVENT_AGE=15d INFERLOG_RETENTION__HOT_DAYS=15)
 step "ingesting until the topic is drained (metrics on http://127.0.0.1:9464/metrics meanwhile)"
-INFERLOG_HASH_KEY_FILE=.inferlog/local/hash.key \
+env "${backfill[@]}" INFERLOG_HASH_KEY_FILE=.inferlog/local/hash.key \
 INFERLOG_KAFKA__TOPICS="[\"$run-events\"]" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" \
 INFERLOG_KAFKA__GROUP_ID="$run" INFERLOG_CLICKHOUSE__TABLE="${run}_logs" \
 INFERLOG_CLICKHOUSE__REJECTS_TABLE="${run}_rejects" \
@@ -47,21 +53,21 @@ ch "SELECT business_line,
         count() AS requests, round(quantileExact(0.5)(total_latency_ms)) AS p50_ms,
         round(quantileExact(0.99)(total_latency_ms)) AS p99_ms, round(quantileExact(0.99)(ifNull(ttft_ms, 0))) AS p99_ttft_ms
      FROM $t WHERE day = yesterday() GROUP BY business_line, bucket ORDER BY business_line, bucket LIMIT 20"
-step "who burned the token budget? tokens by business line (whole week)"
+step "who burned the token budget? tokens by business line (two weeks)"
 ch "SELECT business_line, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out,
         round(100 * countIf(cache_hit = 1) / count(), 1) AS cache_hit_pct, countIf(error_code != 0) AS errors
      FROM $t GROUP BY business_line ORDER BY tokens_in + tokens_out DESC"
 step "rejected events by reason (also in the DLQ topic $run-dlq, with the original bytes)"
 ch "SELECT reason, count() AS events FROM inferlog.${run}_rejects GROUP BY reason ORDER BY events DESC"
-step "reconciliation: produced = hot rows + rejects"
-ch "SELECT 200000 AS produced, (SELECT count() FROM $t) AS hot_rows, (SELECT count() FROM inferlog.${run}_rejects) AS rejected"
+step "reconciliation after ingest: produced = hot rows + rejects"
+ch "SELECT $produced AS produced, (SELECT count() FROM $t) AS hot_rows, (SELECT count() FROM inferlog.${run}_rejects) AS rejected"
 
 # The compactor and retention read the same config; this run gets its own Postgres schema and S3 prefix.
 export INFERLOG_CLICKHOUSE__TABLE="${run}_logs" INFERLOG_POSTGRES__SCHEMA="$run" \
   INFERLOG_COLD__URL="s3://inferlog-cold/$run/" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" INFERLOG_COMPACTOR__METRICS_ADDR=""
 pg() { psql "postgres://postgres@127.0.0.1:5432/inferlog" -X -q -P pager=off -c "SET search_path TO $run; $1"; }
 step "compactor: every closed day archived to Parquet on S3, verified, aggregated into Postgres"
-"$bin/inferlog-compactor" --config deploy/local/inferlog.toml --once 2>&1 | grep -E "stage finished|pass finished|ERROR" >&2
+env "${backfill[@]}" "$bin/inferlog-compactor" --config deploy/local/inferlog.toml --once 2>&1 | grep -E "stage finished|pass finished|ERROR" >&2
 pg "SELECT day, state, hot_rows, objects, pg_size_pretty(bytes) AS parquet FROM compactor_days ORDER BY day"
 step "cold tier: the Parquet objects (manifest: key, rows, bytes, sha256)"
 pg "SELECT object_key, rows, pg_size_pretty(bytes) AS size, left(sha256, 16) AS sha256 FROM cold_manifest ORDER BY object_key"
@@ -72,6 +78,14 @@ pg "SELECT day, business_line, sum(requests) AS requests, sum(errors) AS errors,
       FROM daily_aggregates WHERE business_line IN ('search', 'code-copilot') GROUP BY day, business_line ORDER BY day, business_line"
 step "errors by code and stage (Postgres daily_errors, whole period)"
 pg "SELECT error_name, error_stage, sum(errors) AS errors FROM daily_errors GROUP BY error_name, error_stage ORDER BY errors DESC LIMIT 10"
+step "retention: days past the 7-day hot policy leave ClickHouse (each has a verified archive), every deletion audited"
+"$bin/inferlog-retention" --config deploy/local/inferlog.toml enforce 2>/dev/null | sed 's/^/  /' >&2
+pg "SELECT tier, unit, action, rows, policy, actor FROM retention_audit ORDER BY unit"
+step "reconciliation across the tiers: produced = hot rows + cold rows (released days) + rejected"
+hot=$(curl -sS --data-binary "SELECT count() FROM $t" http://127.0.0.1:8123/)
+cold=$(psql "postgres://postgres@127.0.0.1:5432/inferlog" -X -qtA -c "SELECT coalesce(sum(m.rows), 0) FROM $run.cold_manifest m JOIN $run.compactor_days d USING (day) WHERE d.state = 'released'")
+rejected=$(curl -sS --data-binary "SELECT count() FROM inferlog.${run}_rejects" http://127.0.0.1:8123/)
+echo "  produced $produced = hot $hot + cold $cold + rejected $rejected: $([ $((hot + cold + rejected)) -eq $produced ] && echo holds || echo 'DOES NOT HOLD')" >&2
 step "retention audit: policy, oldest data and violations per tier"
 "$bin/inferlog-retention" --config deploy/local/inferlog.toml audit 2>/dev/null || true
 echo "stop the services with: deploy/local/services.sh down" >&2

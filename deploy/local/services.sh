@@ -8,7 +8,7 @@
 #   deploy/local/services.sh up       install what is missing, start what is not running
 #   deploy/local/services.sh down     stop what this script started (not Postgres)
 #   deploy/local/services.sh status   what runs where
-#   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse | stop-s3 | start-s3
+#   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse | restart-postgres | stop-s3 | start-s3
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${INFERLOG_LOCAL_DIR:-$repo/.inferlog/local}
@@ -59,6 +59,15 @@ start_postgres() {
   fi
   psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'inferlog'" | grep -q 1 \
     || psql -q -h 127.0.0.1 -U postgres -d postgres -c "CREATE DATABASE inferlog"
+}
+
+# A fast restart (pg_ctl -m fast): open connections are cut, as in a crash of
+# the server process from the clients' point of view.
+restart_postgres() {
+  log "restarting Postgres"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main restart -m fast
+  for _ in $(seq 1 100); do pg_isready -q -h 127.0.0.1 -p $PG_PORT && return 0; sleep 0.2; done
+  log "Postgres did not come back"; return 1
 }
 
 clickhouse_config() {
@@ -194,8 +203,9 @@ case "${1:-}" in
   stop-clickhouse) stop_clickhouse ;;
   start-clickhouse) start_clickhouse ;;
   restart-clickhouse) stop_clickhouse; start_clickhouse ;;
+  restart-postgres) restart_postgres ;;
   # moto keeps objects in memory: a stopped S3 server comes back empty (with its bucket).
   stop-s3) stop_s3 ;;
   start-s3) start_s3 ;;
-  *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse|stop-s3|start-s3" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3" >&2; exit 2 ;;
 esac

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::IngestError;
 
 /// How a replica gets its partitions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Assignment {
     Group,
@@ -25,7 +25,7 @@ pub enum Assignment {
 }
 
 /// The `[kafka]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Bootstrap servers. Default: "127.0.0.1:9092".
@@ -46,11 +46,13 @@ pub struct KafkaConfig {
     pub dlq_topic: String,
     /// How long the group waits for a silent member before reassigning its partitions. Default: "10s".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub session_timeout: Duration,
     /// Longest a fetch waits at the broker for more data (librdkafka
     /// `fetch.wait.max.ms`). Short, because some brokers (tansu) always
     /// wait the full time. Default: "20ms".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub fetch_max_wait: Duration,
     /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 32768.
     pub prefetch_max_kbytes: u32,
@@ -76,7 +78,7 @@ impl Default for KafkaConfig {
 }
 
 /// The `[ingest]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct IngestConfig {
     /// Flush when the batch holds this many rows and rejects. Default: 100000.
@@ -85,17 +87,21 @@ pub struct IngestConfig {
     pub batch_max_bytes: usize,
     /// Flush a batch at the latest this long after its first message. Default: "1s".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub batch_max_age: Duration,
     /// How many recent request ids are remembered to drop producer retries. Default: 1000000.
     pub dedup_window: usize,
     /// First retry delay after a failed insert or produce; doubles up to `retry_max_backoff`. Default: "200ms".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub retry_initial_backoff: Duration,
     /// Longest retry delay. Default: "10s".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub retry_max_backoff: Duration,
     /// On SIGTERM/SIGINT, how long the final flush and commit may take before exiting non-zero. Default: "30s".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub shutdown_timeout: Duration,
     /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9464".
     pub metrics_addr: String,

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use inferlog_store::http::metric as must;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
 
@@ -30,11 +31,6 @@ pub struct Metrics {
     offset_gaps: IntCounterVec,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
-}
-
-fn must<T>(r: prometheus::Result<T>) -> T {
-    // Metric names and labels are constants: registration cannot fail.
-    r.unwrap_or_else(|e| panic!("metric registration: {e}"))
 }
 
 impl Metrics {

@@ -20,6 +20,17 @@ use serde::Serialize;
 
 use crate::inventory::{DlqRetention, Inventory};
 
+/// Every cause the audit reports, in the order of the table above.
+pub const CAUSES: [&str; 7] = [
+    "expired.present",
+    "hot.unarchived",
+    "manifest.object_missing",
+    "object.unlisted",
+    "dlq.retention_exceeds",
+    "dlq.retention_unknown",
+    "deleted.still_present",
+];
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TierReport {
     pub tier: &'static str,
@@ -181,4 +192,34 @@ pub fn render_text(r: &AuditReport) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CAUSES;
+
+    /// The metrics and alert rules are keyed by `CAUSES`: a cause the audit
+    /// can emit but that is missing there would never raise an alert.
+    #[test]
+    fn every_cause_the_audit_emits_is_listed() {
+        let source = include_str!("audit.rs");
+        let code = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let literals: Vec<&str> = code.split('"').skip(1).step_by(2).collect();
+        let emitted: Vec<&str> = literals
+            .iter()
+            .copied()
+            .filter(|l| {
+                let mut halves = l.splitn(2, '.');
+                let ok = |h: Option<&str>| h.is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+                ok(halves.next()) && ok(halves.next())
+            })
+            .collect();
+        assert!(emitted.len() >= 2 * CAUSES.len(), "found {emitted:?}");
+        for cause in &emitted {
+            assert!(CAUSES.contains(cause), "{cause} is emitted but not in CAUSES");
+        }
+        for cause in CAUSES {
+            assert!(emitted.iter().filter(|e| **e == cause).count() >= 2, "{cause} is listed but never emitted");
+        }
+    }
 }

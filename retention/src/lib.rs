@@ -9,6 +9,7 @@ pub mod config;
 pub mod enforce;
 pub mod error;
 pub mod inventory;
+pub mod metrics;
 
 pub use config::Config;
 pub use error::RetentionError;

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use inferlog_retention::audit::{audit, render_text};
 use inferlog_retention::config::Config;
-use inferlog_retention::enforce::{enforce, Outcome};
+use inferlog_retention::enforce::{enforce, Action, Outcome};
+use inferlog_retention::metrics::{self, Metrics};
 use inferlog_retention::inventory::{Inventory, Stores};
 use inferlog_retention::RetentionError;
 use inferlog_store::Day;
@@ -67,7 +68,7 @@ fn today(now: Option<&str>) -> Result<Day, RetentionError> {
     Ok(inferlog_store::day_of_ms(ms))
 }
 
-async fn enforce_once(stores: &Stores, config: &Config, today: Day, dry_run: bool) -> Result<i32, RetentionError> {
+async fn enforce_once(stores: &Stores, config: &Config, today: Day, dry_run: bool) -> Result<(i32, Vec<Action>), RetentionError> {
     let inventory = Inventory::take(stores, config).await?;
     let actions = enforce(stores, &inventory, &config.retention, today, dry_run).await?;
     let mut refused = 0;
@@ -79,7 +80,57 @@ async fn enforce_once(stores: &Stores, config: &Config, today: Day, dry_run: boo
     }
     let done = actions.iter().filter(|a| matches!(a.outcome, Outcome::Deleted | Outcome::WouldDelete)).count();
     tracing::info!(deletions = done, refused, dry_run, "enforce finished");
-    Ok(if refused > 0 { 1 } else { 0 })
+    Ok((if refused > 0 { 1 } else { 0 }, actions))
+}
+
+/// One daemon pass: enforce, then audit what is left, both into the metrics.
+async fn daemon_pass(stores: &Stores, config: &Config, metrics: &Metrics, now: Option<&str>, dry_run: bool) -> Result<(), RetentionError> {
+    let today = today(now)?;
+    let (_, actions) = enforce_once(stores, config, today, dry_run).await?;
+    metrics::enforced(metrics, &actions);
+    let inventory = Inventory::take(stores, config).await?;
+    let report = audit(&inventory, &config.retention, &config.kafka.dlq_topic, today);
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    metrics::audited(metrics, &report, unix);
+    Ok(())
+}
+
+/// `enforce --daemon`: a pass every `retention.interval`, `/metrics` and
+/// `/healthz` meanwhile, exit 0 on SIGTERM / SIGINT between passes.
+async fn daemon(stores: &Stores, config: &Config, now: Option<&str>, dry_run: bool) -> Result<i32, RetentionError> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| RetentionError::Config(format!("SIGTERM handler: {e}")))?;
+    let metrics = Metrics::new();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let server = (!config.retention.metrics_addr.is_empty()).then(|| {
+        tokio::spawn(inferlog_store::http::serve(
+            config.retention.metrics_addr.clone(),
+            metrics.registry.clone(),
+            metrics.healthy.clone(),
+            "the last retention pass failed or its audit found violations",
+            stopped,
+        ))
+    });
+    loop {
+        if let Err(e) = daemon_pass(stores, config, &metrics, now, dry_run).await {
+            metrics::pass_failed(&metrics, &e);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.retention.interval) => {}
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    let _ = stop.send(true);
+    if let Some(server) = server {
+        match server.await {
+            Ok(Err(e)) => tracing::error!(%e, "metrics server stopped"),
+            Err(e) => tracing::error!(%e, "metrics server task"),
+            Ok(Ok(())) => {}
+        }
+    }
+    tracing::info!("stopped on signal");
+    Ok(0)
 }
 
 async fn run(args: Args) -> Result<i32, RetentionError> {
@@ -96,21 +147,8 @@ async fn run(args: Args) -> Result<i32, RetentionError> {
             }
             Ok(if report.violations.is_empty() { 0 } else { 1 })
         }
-        Command::Enforce { dry_run, now, daemon: false } => enforce_once(&stores, &config, today(now.as_deref())?, dry_run).await,
-        Command::Enforce { dry_run, now, daemon: true } => {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .map_err(|e| RetentionError::Config(format!("SIGTERM handler: {e}")))?;
-            loop {
-                if let Err(e) = enforce_once(&stores, &config, today(now.as_deref())?, dry_run).await {
-                    tracing::error!(error = %e, "enforce failed; retrying next interval");
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(config.retention.interval) => {}
-                    _ = term.recv() => return Ok(0),
-                    _ = tokio::signal::ctrl_c() => return Ok(0),
-                }
-            }
-        }
+        Command::Enforce { dry_run, now, daemon: false } => Ok(enforce_once(&stores, &config, today(now.as_deref())?, dry_run).await?.0),
+        Command::Enforce { dry_run, now, daemon: true } => daemon(&stores, &config, now.as_deref(), dry_run).await,
     }
 }
 

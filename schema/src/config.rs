@@ -11,18 +11,20 @@ use serde::{Deserialize, Serialize};
 use crate::error::SchemaError;
 
 /// The `[schema]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ContractConfig {
     /// Largest accepted event, in bytes. Default: 65536 (64 KiB).
     pub max_event_bytes: usize,
     /// How far past "now" an event timestamp may lie. Default: "5m".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub max_future_skew: Duration,
     /// How old an event may be when ingested; keep it equal to the hot-tier
     /// retention so nothing is written that retention would drop at once.
     /// Default: "7d".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub max_event_age: Duration,
     /// Error codes added to the default dictionary (0 ok, 1001–1008), as
     /// `"code" = "name"`. Default: none.

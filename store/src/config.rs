@@ -38,7 +38,7 @@ pub fn identifier(value: &str, what: &str) -> Result<(), StoreError> {
 }
 
 /// The `[clickhouse]` table: the hot tier.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClickHouseConfig {
     /// HTTP interface. Default: "http://127.0.0.1:8123".
@@ -55,6 +55,7 @@ pub struct ClickHouseConfig {
     pub password_file: Option<PathBuf>,
     /// Timeout of one request. Default: "60s".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub request_timeout: Duration,
 }
 
@@ -103,7 +104,7 @@ impl ClickHouseConfig {
 }
 
 /// The `[postgres]` table: the aggregates tier and the catalog.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct PostgresConfig {
     /// Connection URL without the password. Default: "postgres://postgres@127.0.0.1:5432/inferlog".
@@ -116,6 +117,7 @@ pub struct PostgresConfig {
     pub max_connections: u32,
     /// How long to wait for a connection. Default: "10s".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub connect_timeout: Duration,
 }
 
@@ -152,7 +154,7 @@ impl PostgresConfig {
 }
 
 /// The `[cold]` table: where Parquet archives go.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ColdConfig {
     /// `s3://bucket/prefix/` or `file:///absolute/dir/`. Default: "file:///var/lib/inferlog/cold/".
@@ -217,7 +219,7 @@ impl ColdConfig {
 
 /// The `[retention]` table: how long each tier keeps a day. Each is a
 /// number of days or "forever".
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
     /// Raw rows in ClickHouse. Default: 7.
@@ -228,7 +230,10 @@ pub struct RetentionConfig {
     pub cold_days: Policy,
     /// How often `inferlog-retention enforce --daemon` enforces. Default: "1h".
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub interval: Duration,
+    /// Address of `/metrics` and `/healthz` of `inferlog-retention enforce --daemon`; empty disables them. Default: "127.0.0.1:9466".
+    pub metrics_addr: String,
 }
 
 impl Default for RetentionConfig {
@@ -238,6 +243,7 @@ impl Default for RetentionConfig {
             aggregate_days: Policy::Days(365),
             cold_days: Policy::Days(365),
             interval: Duration::from_secs(3600),
+            metrics_addr: "127.0.0.1:9466".into(),
         }
     }
 }

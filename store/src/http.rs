@@ -12,6 +12,13 @@ use tokio::sync::watch;
 
 use crate::error::StoreError;
 
+/// Unwraps the creation or registration of a metric. Every daemon's metric
+/// names and labels are constants, so this fails only on a programming
+/// error, at start-up (each daemon's `Metrics::new` runs in its tests).
+pub fn metric<T>(r: prometheus::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("metric registration: {e}"))
+}
+
 /// Renders every metric of `registry`.
 pub fn render(registry: &Registry) -> String {
     let mut buffer = Vec::new();

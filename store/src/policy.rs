@@ -52,6 +52,19 @@ impl Serialize for Policy {
     }
 }
 
+impl schemars::JsonSchema for Policy {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Policy".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A number of days, or \"forever\".",
+            "anyOf": [{ "type": "integer", "minimum": 0 }, { "const": "forever" }]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Policy {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Policy, D::Error> {
         struct Visitor;

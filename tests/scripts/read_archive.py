@@ -1,7 +1,9 @@
 """Independent reader of inferlog's Parquet archive (pyarrow + boto3), for
 the integration tests: lists the objects under a prefix and prints, per
-object, its row count, column types, key-value metadata and a sample of
-rows, as one JSON document on stdout.
+object, its row count, column types, key-value metadata, a sample of rows,
+every request_id, the sum of input_tokens, and how many text cells look like
+a plaintext user id (`u-` and six digits) or PII (an e-mail address, a phone
+number), as one JSON document on stdout.
 
 usage: read_archive.py ENDPOINT BUCKET PREFIX SAMPLE_SIZE
 """
@@ -9,8 +11,13 @@ import io
 import json
 import sys
 
+import re
+
 import boto3
+import pyarrow as pa
 import pyarrow.parquet as pq
+
+PLAINTEXT = re.compile(r"u-[0-9]{6}|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[a-z]{2,}|\+[0-9][0-9 ]{7,}")
 
 endpoint, bucket, prefix, sample = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
@@ -38,5 +45,9 @@ for page in pages:
             "compression": f.metadata.row_group(0).column(0).compression if f.metadata.num_row_groups else None,
             "metadata": meta,
             "sample": rows,
+            "request_ids": table.column("request_id").to_pylist(),
+            "input_tokens_sum": sum(v for v in table.column("input_tokens").to_pylist() if v is not None),
+            "plaintext_hits": sum(1 for field in table.schema if pa.types.is_string(field.type) or pa.types.is_large_string(field.type)
+                                  for v in table.column(field.name).to_pylist() if v is not None and PLAINTEXT.search(v)),
         })
 json.dump(out, sys.stdout, default=str)

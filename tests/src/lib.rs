@@ -17,6 +17,7 @@ use inferlog_schema::generate::{GeneratedEvent, Generator, GeneratorConfig};
 use inferlog_schema::ReasonCode;
 use sha2::{Digest, Sha256};
 
+pub mod pipeline;
 pub mod seed;
 pub mod tiers;
 

@@ -4,26 +4,8 @@
 //! the next pass completes. Its own test binary, because stopping the
 //! (in-memory) S3 server empties it for every other test.
 
-use inferlog_tests::repo_root;
+use inferlog_tests::pipeline::{services, OnDrop};
 use inferlog_tests::tiers::{day_string, today, TierScenario};
-
-fn services(command: &str) {
-    let status = std::process::Command::new("bash")
-        .arg(repo_root().join("deploy/local/services.sh"))
-        .arg(command)
-        .status()
-        .expect("services.sh");
-    assert!(status.success(), "services.sh {command}");
-}
-
-/// Starts the S3 server again even when the test fails half-way.
-struct RestartOnDrop;
-
-impl Drop for RestartOnDrop {
-    fn drop(&mut self) {
-        services("start-s3");
-    }
-}
 
 #[test]
 fn with_the_s3_server_stopped_no_partition_is_dropped_and_the_next_pass_completes() {
@@ -33,7 +15,7 @@ fn with_the_s3_server_stopped_no_partition_is_dropped_and_the_next_pass_complete
     let before = s.hot_days();
     assert_eq!(before.len(), 2);
 
-    let guard = RestartOnDrop;
+    let guard = OnDrop("start-s3");
     services("stop-s3");
     let (code, _) = s.run("inferlog-compactor", &["--once"], "down.log");
     let log = s.log("down.log");

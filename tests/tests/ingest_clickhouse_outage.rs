@@ -5,24 +5,10 @@
 //! This stops the shared ClickHouse server, so it lives alone in its test
 //! binary (cargo runs test binaries one after another).
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use inferlog_tests::{repo_root, valid_count, wait_with_limit, Scenario};
-
-fn services(action: &str) {
-    let status = Command::new(repo_root().join("deploy/local/services.sh")).arg(action).status().expect("services.sh");
-    assert!(status.success(), "services.sh {action}");
-}
-
-/// Starts ClickHouse again however the test ends, so later tests find it up.
-struct RestartOnDrop;
-
-impl Drop for RestartOnDrop {
-    fn drop(&mut self) {
-        let _ = Command::new(repo_root().join("deploy/local/services.sh")).arg("start-clickhouse").status();
-    }
-}
+use inferlog_tests::pipeline::{services, OnDrop};
+use inferlog_tests::{valid_count, wait_with_limit, Scenario};
 
 fn rss_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -48,7 +34,7 @@ fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     while s.hot_count().0 < 5_000 && start.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _restart = RestartOnDrop;
+    let _restart = OnDrop("start-clickhouse");
     services("stop-clickhouse");
     // The second half arrives while ClickHouse is away: work is waiting for
     // the whole outage, however fast the first half went.

@@ -37,13 +37,20 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     assert_eq!((count, unique), (valid, valid), "after {kills} kills (rows after each: {progress:?})");
     assert!(progress.iter().all(|&p| p > 0 && p < valid), "every kill happened mid-ingest: {progress:?}");
 
-    // Rejects: each source offset reached the DLQ (at least once; see the DLQ note in README).
+    // Rejects: ingest logged each source offset (it logs only after the DLQ
+    // acknowledged it), and each reached the DLQ (at least once; see the DLQ
+    // note in README). Checked in that order, so a failure says which side lost it.
+    let logged = inferlog_tests::clickhouse_u64(&format!(
+        "SELECT uniqExact(kafka_partition, kafka_offset) FROM inferlog_test.{}",
+        s.rejects_table
+    ));
+    assert_eq!(logged, events.len() as u64 - valid, "rejects logged by ingest");
     let dlq = read_topic(&s.dlq);
     let sources: HashSet<String> = dlq
         .iter()
         .map(|m| format!("{}/{}", m["headers"]["inferlog.source.partition"], m["headers"]["inferlog.source.offset"]))
         .collect();
-    assert_eq!(sources.len() as u64, events.len() as u64 - valid);
+    assert_eq!(sources.len() as u64, events.len() as u64 - valid, "rejects in the DLQ topic ({} messages read)", dlq.len());
 }
 
 fn rand_chacha_seed() -> rand::rngs::StdRng {

@@ -216,3 +216,36 @@ fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
         assert_eq!(s.end_state(), reference, "end state after kill -9 during the {tier} tier");
     }
 }
+
+#[test]
+fn the_daemon_publishes_the_audit_as_metrics_and_stops_on_sigterm() {
+    // A DLQ created without retention.ms: the audit reports dlq.retention_unknown.
+    let s = scenario("ret_daemon", None);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = s.spawn("inferlog-retention", &["enforce", "--daemon"], "daemon.log", &[("INFERLOG_RETENTION__METRICS_ADDR", addr.as_str())]);
+    let get = |path: &str| {
+        let out = std::process::Command::new("curl").args(["-sS", "-i", &format!("http://{addr}{path}")]).output().expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let started = std::time::Instant::now();
+    let mut metrics = String::new();
+    while !metrics.lines().any(|l| l.starts_with("inferlog_retention_last_success_timestamp_seconds ") && !l.ends_with(" 0")) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "no complete pass: {metrics}\n{}", s.log("daemon.log"));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        metrics = get("/metrics");
+    }
+    for expected in [
+        "inferlog_retention_audit_violations{cause=\"dlq.retention_unknown\"} 1",
+        "inferlog_retention_audit_violations{cause=\"expired.present\"} 0",
+        "inferlog_retention_audit_violations{cause=\"hot.unarchived\"} 0",
+        "inferlog_retention_pass_errors_total 0",
+    ] {
+        assert!(metrics.contains(expected), "{expected} in {metrics}");
+    }
+    assert!(get("/healthz").starts_with("HTTP/1.1 503"), "unhealthy while the audit is not clean");
+    let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
+    assert!(term.success());
+    let status = inferlog_tests::wait_with_limit(&mut child, std::time::Duration::from_secs(20));
+    assert!(status.success(), "SIGTERM between passes exits 0: {status}");
+}
