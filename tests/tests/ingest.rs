@@ -1,6 +1,6 @@
 //! `inferlog-ingest` against the real broker (tansu) and ClickHouse:
-//! reconciliation, DLQ reasons, producer retries, and two replicas with one
-//! killed. Each test has its own topics, group and tables.
+//! reconciliation, DLQ reasons, producer retries, two replicas with one
+//! killed, SIGTERM, and a DLQ that cannot take rejects. Each test has its own topics, group and tables.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -160,4 +160,40 @@ fn sigterm_flushes_commits_and_exits_zero() {
     s.drain("again.log");
     assert_eq!(s.hot_count(), (5_000, 5_000));
     assert!(s.log("again.log").contains("messages=0"), "{}", s.log("again.log"));
+}
+
+#[test]
+fn a_dlq_that_cannot_take_rejects_blocks_the_commit_and_loses_nothing() {
+    let s = Scenario::static_assignment("dlqdown", 1, "");
+    let events = s.produce_generated(2_000, 0.05, 808);
+    let valid = valid_count(&events) as u64;
+    let invalid = events.len() as u64 - valid;
+    // The DLQ topic does not exist yet (the broker does not create topics on
+    // produce): every reject's produce stays unacknowledged.
+    let late_dlq = format!("{}-late", s.dlq);
+    let env = [("INFERLOG_KAFKA__DLQ_TOPIC", late_dlq.as_str())];
+    let mut child = s.spawn_ingest_with(None, "blocked.log", &env);
+    let start = Instant::now();
+    while s.hot_count().0 < valid {
+        assert!(start.elapsed() < Duration::from_secs(60), "rows before the rejects: {}", s.log("blocked.log"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(child.try_wait().expect("try_wait").is_none(), "ingest waits for the DLQ instead of exiting: {}", s.log("blocked.log"));
+    let logged = clickhouse_u64(&format!("SELECT count() FROM inferlog_test.{}", s.rejects_table));
+    assert_eq!(logged, 0, "no reject is logged as handled before the DLQ acknowledged it");
+
+    // A crash now must not lose the rejects: their offsets were never
+    // committed, so the next run reads them again and, with the topic there,
+    // delivers them; the rows already stored are not written twice.
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    inferlog_tests::create_topics(1, &[&late_dlq]);
+    let status = s.spawn_ingest_with(Some("8s"), "after.log", &env).wait().expect("wait");
+    assert!(status.success(), "{}", s.log("after.log"));
+    assert_eq!(s.hot_count(), (valid, valid));
+    let dlq = read_topic(&late_dlq);
+    let sources: HashSet<String> = dlq.iter().map(|m| m["headers"]["inferlog.source.offset"].to_string()).collect();
+    assert_eq!(sources.len() as u64, invalid, "every reject reached the DLQ");
+    assert_eq!(clickhouse_u64(&format!("SELECT uniqExact(kafka_offset) FROM inferlog_test.{}", s.rejects_table)), invalid);
 }
