@@ -146,7 +146,10 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     schedule.push("kill -9 retention at a random moment".into());
     p.run_ok("inferlog-retention", &["enforce", "--now", &later], "retention-3.log");
 
-    eprintln!("fault schedule: {schedule:?}");
+    #[allow(clippy::print_stderr)] // the schedule that ran, in the test's output
+    {
+        eprintln!("fault schedule: {schedule:?}");
+    }
     assert!(failed.parse::<u32>().unwrap_or(0) > 0, "the S3 outage made the compactor fail: {schedule:?}");
     p.reconcile(&events);
 }
