@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use inferlog_store::http::metric as must;
+use inferlog_store::http::registered;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::audit::{AuditReport, CAUSES};
@@ -34,57 +34,30 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let register = |c: Box<dyn prometheus::core::Collector>| must(registry.register(c));
-        let deletions = must(IntCounterVec::new(
-            Opts::new(
-                "inferlog_retention_deletions_total",
-                "Units deleted past their policy (dry runs excluded), by tier",
-            ),
-            &["tier"],
-        ));
-        let refusals = must(IntCounterVec::new(
-            Opts::new("inferlog_retention_refusals_total", "Expired units enforce refused to delete (a hot day without a verified archive), by tier"),
-            &["tier"],
-        ));
-        let violations = must(IntGaugeVec::new(
-            Opts::new(
-                "inferlog_retention_audit_violations",
-                "Violations the last audit found, by cause (0 when clean)",
-            ),
-            &["cause"],
-        ));
-        let expired_units = must(IntGaugeVec::new(
-            Opts::new(
-                "inferlog_retention_expired_units",
-                "Units past their policy still held at the last audit, by tier",
-            ),
-            &["tier"],
-        ));
-        let pass_errors = must(IntCounter::new(
-            "inferlog_retention_pass_errors_total",
-            "Enforce + audit passes that failed (a tier unreachable)",
-        ));
-        let last_success = must(IntGauge::new(
-            "inferlog_retention_last_success_timestamp_seconds",
-            "Unix time of the last pass whose enforce and audit both completed",
-        ));
+        let counter_by = |name: &str, help: &str, label: &str| registered(&registry, IntCounterVec::new(Opts::new(name, help), &[label]));
+        let gauge_by = |name: &str, help: &str, label: &str| registered(&registry, IntGaugeVec::new(Opts::new(name, help), &[label]));
+        let violations = gauge_by("inferlog_retention_audit_violations", "Violations the last audit found, by cause (0 when clean)", "cause");
         for cause in CAUSES {
             violations.with_label_values(&[cause]).set(0);
         }
-        register(Box::new(deletions.clone()));
-        register(Box::new(refusals.clone()));
-        register(Box::new(violations.clone()));
-        register(Box::new(expired_units.clone()));
-        register(Box::new(pass_errors.clone()));
-        register(Box::new(last_success.clone()));
         Metrics {
-            registry,
-            deletions,
-            refusals,
+            deletions: counter_by("inferlog_retention_deletions_total", "Units deleted past their policy (dry runs excluded), by tier", "tier"),
+            refusals: counter_by(
+                "inferlog_retention_refusals_total",
+                "Expired units enforce refused to delete (a hot day without a verified archive), by tier",
+                "tier",
+            ),
             violations,
-            expired_units,
-            pass_errors,
-            last_success,
+            expired_units: gauge_by("inferlog_retention_expired_units", "Units past their policy still held at the last audit, by tier", "tier"),
+            pass_errors: registered(
+                &registry,
+                IntCounter::new("inferlog_retention_pass_errors_total", "Enforce + audit passes that failed (a tier unreachable)"),
+            ),
+            last_success: registered(
+                &registry,
+                IntGauge::new("inferlog_retention_last_success_timestamp_seconds", "Unix time of the last pass whose enforce and audit both completed"),
+            ),
+            registry,
             healthy: Arc::new(AtomicBool::new(true)),
         }
     }

@@ -19,6 +19,13 @@ pub fn metric<T>(r: prometheus::Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("metric registration: {e}"))
 }
 
+/// A metric, created (`collector`) and registered in `registry` in one step.
+pub fn registered<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, collector: prometheus::Result<C>) -> C {
+    let collector = metric(collector);
+    metric(registry.register(Box::new(collector.clone())));
+    collector
+}
+
 /// Renders every metric of `registry`.
 pub fn render(registry: &Registry) -> String {
     let mut buffer = Vec::new();

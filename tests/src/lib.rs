@@ -244,6 +244,34 @@ impl Scenario {
     }
 }
 
+/// `GET http://ADDR/PATH` with curl: the status line, headers and body.
+pub fn http_get(addr: &str, path: &str) -> String {
+    let out = Command::new("curl").args(["-sS", "-i", &format!("http://{addr}{path}")]).output().expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Sends SIGTERM to `child` and waits for it up to `limit` (see [`wait_with_limit`]).
+pub fn sigterm(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
+    assert!(term.success(), "kill -TERM {}", child.id());
+    wait_with_limit(child, limit)
+}
+
+/// Waits until `log()` shows that `child` stopped at its test hook's pause
+/// point (`INFERLOG_*_PAUSE_AFTER`): `None` once paused, or the exit status
+/// if it ended first. Fails past `limit`.
+pub fn wait_paused(child: &mut Child, log: impl Fn() -> String, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while !log().contains("pausing here until killed") {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        assert!(start.elapsed() < limit, "never paused within {limit:?}: {}", log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
 /// Waits for `child` up to `limit`, killing it (and failing) past that.
 pub fn wait_with_limit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let start = Instant::now();

@@ -232,11 +232,14 @@ fn normalized(events: &[GeneratedEvent]) -> Vec<InferenceEvent> {
         .collect()
 }
 
+fn services_sh(action: &str) -> std::process::ExitStatus {
+    Command::new("bash").arg(crate::repo_root().join("deploy/local/services.sh")).arg(action).status().expect("services.sh")
+}
+
 /// Runs `deploy/local/services.sh ACTION` (stop, start or restart a shared
 /// server) and asserts that it worked.
 pub fn services(action: &str) {
-    let status = Command::new("bash").arg(crate::repo_root().join("deploy/local/services.sh")).arg(action).status().expect("services.sh");
-    assert!(status.success(), "services.sh {action}");
+    assert!(services_sh(action).success(), "services.sh {action}");
 }
 
 /// Runs `services.sh ACTION` when dropped: a test that stops a shared
@@ -246,6 +249,6 @@ pub struct OnDrop(pub &'static str);
 
 impl Drop for OnDrop {
     fn drop(&mut self) {
-        let _ = Command::new("bash").arg(crate::repo_root().join("deploy/local/services.sh")).arg(self.0).status();
+        let _ = services_sh(self.0);
     }
 }

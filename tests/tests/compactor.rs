@@ -253,13 +253,8 @@ fn crash_at(step: &str, seed_days: impl Fn(&TierScenario)) -> String {
     let s = TierScenario::new(&format!("cmp_kill_{step}"), "");
     seed_days(&s);
     let mut child = s.spawn("inferlog-compactor", &["--once"], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", step)]);
-    let started = Instant::now();
-    while !s.log("paused.log").contains("pausing here until killed") {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!("compactor exited ({status}) before reaching {step}: {}", s.log("paused.log"));
-        }
-        assert!(started.elapsed() < Duration::from_secs(120), "never reached {step}: {}", s.log("paused.log"));
-        std::thread::sleep(Duration::from_millis(50));
+    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(120)) {
+        panic!("compactor exited ({status}) before reaching {step}: {}", s.log("paused.log"));
     }
     child.kill().expect("kill -9");
     let _ = child.wait();
@@ -318,10 +313,8 @@ fn the_daemon_serves_metrics_and_stops_on_sigterm() {
         assert!(started.elapsed() < Duration::from_secs(60), "{}", s.log("daemon.log"));
         std::thread::sleep(Duration::from_millis(100));
     }
-    let get = |path: &str| {
-        let out = std::process::Command::new("curl").args(["-sS", "-i", &format!("http://127.0.0.1:{port}{path}")]).output().expect("curl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let addr = format!("127.0.0.1:{port}");
+    let get = |path: &str| inferlog_tests::http_get(&addr, path);
     let metrics = get("/metrics");
     for expected in [
         "inferlog_compactor_days_total{state=\"aggregated\"} 1",
@@ -334,9 +327,7 @@ fn the_daemon_serves_metrics_and_stops_on_sigterm() {
         assert!(metrics.contains(expected), "{expected} in {metrics}");
     }
     assert!(get("/healthz").starts_with("HTTP/1.1 200"), "healthy after a clean pass");
-    let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
-    assert!(term.success());
-    let status = inferlog_tests::wait_with_limit(&mut child, Duration::from_secs(20));
+    let status = inferlog_tests::sigterm(&mut child, Duration::from_secs(20));
     assert!(status.success(), "SIGTERM between passes exits 0: {status}");
 }
 

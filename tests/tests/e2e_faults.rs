@@ -14,7 +14,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use inferlog_tests::pipeline::{services, OnDrop, Pipeline};
-use inferlog_tests::{generate, produce, wait_with_limit, write_jsonl};
+use inferlog_tests::{generate, produce, sigterm, wait_paused, write_jsonl};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -25,10 +25,8 @@ fn kill_9(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn sigterm(child: &mut Child, what: &str) {
-    let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
-    assert!(term.success());
-    let status = wait_with_limit(child, Duration::from_secs(60));
+fn stop(child: &mut Child, what: &str) {
+    let status = sigterm(child, Duration::from_secs(60));
     assert!(status.success(), "{what} exits 0 on SIGTERM after the faults: {status}");
 }
 
@@ -45,15 +43,10 @@ fn wait_ingested(p: &Pipeline, target: u64, log: &str) {
 /// once it stops there; what happened, for the schedule.
 fn kill_at_step(p: &Pipeline, binary: &str, args: &[&str], hook: &str, step: &str, log: &str) -> String {
     let mut child = p.spawn(binary, args, log, &[(hook, step)]);
-    let started = Instant::now();
-    while !p.tiers.log(log).contains("pausing here until killed") {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            let text = p.tiers.log(log);
-            let last = text.lines().rev().find(|l| l.contains("ERROR") || l.contains("WARN")).unwrap_or("").to_owned();
-            return format!("{binary} finished ({status}) before {step}: {last}");
-        }
-        assert!(started.elapsed() < Duration::from_secs(120), "{binary} never reached {step}: {}", p.tiers.log(log));
-        std::thread::sleep(Duration::from_millis(20));
+    if let Some(status) = wait_paused(&mut child, || p.tiers.log(log), Duration::from_secs(120)) {
+        let text = p.tiers.log(log);
+        let last = text.lines().rev().find(|l| l.contains("ERROR") || l.contains("WARN")).unwrap_or("").to_owned();
+        return format!("{binary} finished ({status}) before {step}: {last}");
     }
     kill_9(&mut child);
     format!("kill -9 {binary} at {step}")
@@ -131,8 +124,8 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
 
     // Ingest drains everything (hot rows + logged rejects = produced); both daemons stop on SIGTERM.
     wait_ingested(&p, TOTAL as u64, "ingest-3.log");
-    sigterm(&mut ingest, "ingest");
-    sigterm(&mut compactor, "compactor");
+    stop(&mut ingest, "ingest");
+    stop(&mut compactor, "compactor");
 
     // Every closed day compacted; retention killed mid-enforce (after its
     // first hot drop), then at a random moment, then run to the end.

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use inferlog_tests::{clickhouse_u64, expected_reasons, generate, read_topic, valid_count, wait_with_limit, write_jsonl, Scenario};
+use inferlog_tests::{clickhouse_u64, expected_reasons, generate, http_get, read_topic, sigterm, valid_count, write_jsonl, Scenario};
 
 #[test]
 fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {
@@ -107,9 +107,7 @@ fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
         std::thread::sleep(Duration::from_millis(500));
     }
     // Graceful stop: SIGTERM flushes, commits and exits 0.
-    let term = std::process::Command::new("kill").args(["-TERM", &b.id().to_string()]).status().expect("kill -TERM");
-    assert!(term.success());
-    let status = wait_with_limit(&mut b, Duration::from_secs(60));
+    let status = sigterm(&mut b, Duration::from_secs(60));
     let b_log = s.log("b.log");
     assert!(status.success(), "replica B: {b_log}");
     assert!(rows_at_kill < valid, "A was killed mid-run");
@@ -133,10 +131,8 @@ fn sigterm_flushes_commits_and_exits_zero() {
     }
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(s.hot_count().0, 0, "nothing flushed before the signal");
-    let get = |path: &str| {
-        let out = std::process::Command::new("curl").args(["-sS", "-i", &format!("http://127.0.0.1:{port}{path}")]).output().expect("curl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let addr = format!("127.0.0.1:{port}");
+    let get = |path: &str| http_get(&addr, path);
     let metrics = get("/metrics");
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(metrics.contains(&format!("inferlog_ingest_messages_total{{topic=\"{}\"}} 5000", s.topic)), "{metrics}");
@@ -151,9 +147,7 @@ fn sigterm_flushes_commits_and_exits_zero() {
     });
     assert!(lag_seen, "consumer lag per partition: {}", get("/metrics"));
     assert!(get("/healthz").starts_with("HTTP/1.1 200"));
-    let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
-    assert!(term.success());
-    let status = wait_with_limit(&mut child, Duration::from_secs(30));
+    let status = sigterm(&mut child, Duration::from_secs(30));
     assert!(status.success(), "{}", s.log("ingest.log"));
     assert_eq!(s.hot_count(), (5_000, 5_000), "the final flush wrote everything read");
     // The commit happened: a new run finds nothing left to do.

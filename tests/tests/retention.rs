@@ -201,13 +201,8 @@ fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
         let s = scenario(&format!("ret_kill_{tier}"), Some(SEVEN_DAYS_MS));
         thirty_compacted_days(&s, 60);
         let mut child = s.spawn("inferlog-retention", &["enforce", "--now", &now], "paused.log", &[("INFERLOG_RETENTION_PAUSE_AFTER", tier)]);
-        let started = Instant::now();
-        while !s.log("paused.log").contains("pausing here until killed") {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                panic!("enforce exited ({status}) before its first {tier} deletion: {}", s.log("paused.log"));
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "{}", s.log("paused.log"));
-            std::thread::sleep(Duration::from_millis(50));
+        if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
+            panic!("enforce exited ({status}) before its first {tier} deletion: {}", s.log("paused.log"));
         }
         child.kill().expect("kill -9");
         let _ = child.wait();
@@ -224,15 +219,12 @@ fn the_daemon_publishes_the_audit_as_metrics_and_stops_on_sigterm() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
     let addr = format!("127.0.0.1:{port}");
     let mut child = s.spawn("inferlog-retention", &["enforce", "--daemon"], "daemon.log", &[("INFERLOG_RETENTION__METRICS_ADDR", addr.as_str())]);
-    let get = |path: &str| {
-        let out = std::process::Command::new("curl").args(["-sS", "-i", &format!("http://{addr}{path}")]).output().expect("curl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let started = std::time::Instant::now();
+    let get = |path: &str| inferlog_tests::http_get(&addr, path);
+    let started = Instant::now();
     let mut metrics = String::new();
     while !metrics.lines().any(|l| l.starts_with("inferlog_retention_last_success_timestamp_seconds ") && !l.ends_with(" 0")) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60), "no complete pass: {metrics}\n{}", s.log("daemon.log"));
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(started.elapsed() < Duration::from_secs(60), "no complete pass: {metrics}\n{}", s.log("daemon.log"));
+        std::thread::sleep(Duration::from_millis(200));
         metrics = get("/metrics");
     }
     for expected in [
@@ -244,8 +236,6 @@ fn the_daemon_publishes_the_audit_as_metrics_and_stops_on_sigterm() {
         assert!(metrics.contains(expected), "{expected} in {metrics}");
     }
     assert!(get("/healthz").starts_with("HTTP/1.1 503"), "unhealthy while the audit is not clean");
-    let term = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
-    assert!(term.success());
-    let status = inferlog_tests::wait_with_limit(&mut child, std::time::Duration::from_secs(20));
+    let status = inferlog_tests::sigterm(&mut child, Duration::from_secs(20));
     assert!(status.success(), "SIGTERM between passes exits 0: {status}");
 }
