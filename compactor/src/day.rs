@@ -150,12 +150,15 @@ impl DayWork {
         // Verify against ClickHouse as it is now.
         if state == Some(DayState::Archived) {
             let started = Instant::now();
-            let now = self.hot.fingerprint(day, mode).await?;
+            let objects = if written.is_empty() { self.rehash(day, record_objects).await? } else { written };
+            // Reading the objects back and asking ClickHouse for the day's
+            // fingerprint now are independent: both at once.
+            let (now, verified) = tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &objects, &fp));
+            let now = now?;
             if now != fp {
                 return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });
             }
-            let objects = if written.is_empty() { self.rehash(day, record_objects).await? } else { written };
-            let entries = match verify_day(&self.cold, day, &objects, &fp).await {
+            let entries = match verified {
                 Ok(entries) => entries,
                 Err(e) => {
                     metrics::verification_failed(&self.metrics, &e);
@@ -209,7 +212,7 @@ impl DayWork {
             let key = self.cold.object_key(day, part);
             let (bytes, sha256) = crate::verify::object_digest(&self.cold, &key).await?;
             let rows = crate::verify::footer_rows(&self.cold, &key, bytes).await?;
-            objects.push(WrittenObject { key, rows, bytes, sha256 });
+            objects.push(WrittenObject { key, rows, bytes, sha256, fingerprint_ranges: Vec::new() });
         }
         Ok(objects)
     }

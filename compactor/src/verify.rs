@@ -4,6 +4,14 @@
 //! written (size and SHA-256), a Parquet footer with the expected row
 //! count and schema version, and the day's column aggregates (rows, token
 //! sums, errors, first and last timestamp) equal ClickHouse's.
+//!
+//! Each object is read once, as one streamed GET: every chunk is hashed,
+//! and the chunks that hold the footer and the fingerprint columns (their
+//! byte ranges are known from the writer) are kept and decoded after the
+//! stream ends. Whatever the decoder asks for that was not kept (an object
+//! re-listed after a crash has no hint) is fetched with a ranged GET, so
+//! the hint only saves work, it never decides what is checked: the footer
+//! and the columns decoded are the ones read back from the store.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
@@ -18,7 +26,7 @@ use object_store::ObjectStoreExt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
@@ -86,6 +94,129 @@ impl AsyncFileReader for ObjectReader {
     }
 }
 
+/// Bytes kept from the end of an object while streaming it: the footer
+/// (tens of KB for a 4M-row object) fits many times over.
+const TAIL_BYTES: u64 = 1024 * 1024;
+
+/// The byte ranges verification decodes in an object the writer described:
+/// the fingerprint columns of every row group.
+pub fn fingerprint_ranges(metadata: &ParquetMetaData) -> Vec<Range<u64>> {
+    let mut ranges = Vec::new();
+    for group in metadata.row_groups() {
+        for column in group.columns() {
+            if FINGERPRINT_COLUMNS.contains(&column.column_path().string().as_str()) {
+                let (start, length) = column.byte_range();
+                ranges.push(start..start + length);
+            }
+        }
+    }
+    ranges
+}
+
+/// The columns whose aggregates are compared with ClickHouse's fingerprint.
+const FINGERPRINT_COLUMNS: [&str; 4] = ["timestamp", "input_tokens", "output_tokens", "error_code"];
+
+/// Sorted, merged ranges of `0..size` worth keeping: the hint and the tail.
+fn kept_ranges(hint: &[Range<u64>], size: u64, tail: u64) -> Vec<Range<u64>> {
+    let mut ranges: Vec<Range<u64>> = hint.iter().map(|r| r.start.min(size)..r.end.min(size)).filter(|r| !r.is_empty()).collect();
+    ranges.push(size.saturating_sub(tail)..size);
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+/// One object as streamed back from the store: its size, its SHA-256, and
+/// the kept ranges, which serve the Parquet reader without another request.
+#[derive(Debug)]
+pub struct ReadBackObject {
+    pub size: u64,
+    pub sha256: String,
+    kept: Vec<(u64, Bytes)>,
+    fallback: ObjectReader,
+}
+
+impl ReadBackObject {
+    /// Streams `key` once (expected to be `size` bytes), hashing all of it
+    /// and keeping the bytes of `hint` and of the tail. Memory is the kept
+    /// ranges plus one chunk, whatever the object's size.
+    pub async fn fetch(cold: &ColdStore, key: &str, size: u64, hint: &[Range<u64>]) -> Result<ReadBackObject, CompactorError> {
+        ReadBackObject::fetch_keeping(cold, key, size, hint, TAIL_BYTES).await
+    }
+
+    async fn fetch_keeping(cold: &ColdStore, key: &str, size: u64, hint: &[Range<u64>], tail: u64) -> Result<ReadBackObject, CompactorError> {
+        let get = cold.store().get(&Path::from(key)).await.map_err(StoreError::object("read back", key))?;
+        let wanted = kept_ranges(hint, size, tail);
+        let mut kept: Vec<(u64, BytesMut)> = wanted.iter().map(|r| (r.start, BytesMut::with_capacity((r.end - r.start) as usize))).collect();
+        let mut stream = get.into_stream();
+        let mut hasher = Sha256::new();
+        let mut position = 0u64;
+        let mut next = 0usize; // first wanted range not yet complete
+        while let Some(chunk) = stream.try_next().await.map_err(StoreError::object("read back", key))? {
+            hasher.update(&chunk);
+            let (from, to) = (position, position + chunk.len() as u64);
+            while next < wanted.len() && wanted[next].end <= from {
+                next += 1;
+            }
+            for (range, (_, buffer)) in wanted[next..].iter().zip(kept[next..].iter_mut()) {
+                if range.start >= to {
+                    break;
+                }
+                let (start, end) = (range.start.max(from), range.end.min(to));
+                if start < end {
+                    buffer.extend_from_slice(&chunk[(start - from) as usize..(end - from) as usize]);
+                }
+            }
+            position = to;
+        }
+        // A short or long object keeps partial ranges; drop those, the size check rejects it anyway.
+        let kept = kept
+            .into_iter()
+            .zip(&wanted)
+            .filter(|((_, b), r)| b.len() as u64 == r.end - r.start)
+            .map(|((start, b), _)| (start, b.freeze()))
+            .collect();
+        let fallback = ObjectReader { store: cold.store().clone(), path: Path::from(key), size: position };
+        Ok(ReadBackObject { size: position, sha256: hex::encode(hasher.finalize()), kept, fallback })
+    }
+
+    /// `range` from the kept bytes, if one kept range covers it.
+    fn kept_slice(&self, range: &Range<u64>) -> Option<Bytes> {
+        let index = self.kept.partition_point(|(start, _)| *start <= range.start).checked_sub(1)?;
+        let (start, bytes) = &self.kept[index];
+        let end = start + bytes.len() as u64;
+        (range.end <= end).then(|| bytes.slice((range.start - start) as usize..(range.end - start) as usize))
+    }
+}
+
+impl AsyncFileReader for ReadBackObject {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        match self.kept_slice(&range) {
+            Some(bytes) => Box::pin(async move { Ok(bytes) }),
+            None => self.fallback.get_bytes(range),
+        }
+    }
+
+    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        match ranges.iter().map(|r| self.kept_slice(r)).collect::<Option<Vec<Bytes>>>() {
+            Some(all) => Box::pin(async move { Ok(all) }),
+            None => self.fallback.get_byte_ranges(ranges),
+        }
+    }
+
+    fn get_metadata<'a>(&'a mut self, _options: Option<&'a ArrowReaderOptions>) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        Box::pin(async move {
+            let size = self.size;
+            Ok(Arc::new(ParquetMetaDataReader::new().load_and_finish(self, size).await?))
+        })
+    }
+}
+
 /// The row count in the footer of one object of `size` bytes.
 pub async fn footer_rows(cold: &ColdStore, key: &str, size: u64) -> Result<u64, CompactorError> {
     let reader = ObjectReader { store: cold.store().clone(), path: Path::from(key), size };
@@ -110,13 +241,12 @@ pub async fn verify_day(
     let mut total = ReadBack::default();
     let mut entries = Vec::with_capacity(objects.len());
     for object in objects {
-        // Two reads of one object, one after the other: reading both at once
-        // measured no faster against the local S3 server (see README).
-        let (size, sha256) = object_digest(cold, &object.key).await?;
+        let read_back = ReadBackObject::fetch(cold, &object.key, object.bytes, &object.fingerprint_ranges).await?;
+        let (size, sha256) = (read_back.size, read_back.sha256.clone());
         if size != object.bytes || sha256 != object.sha256 {
             return Err(mismatch(day, &object.key, format!("read back {size} bytes sha256 {sha256}, wrote {} bytes sha256 {}", object.bytes, object.sha256)));
         }
-        let (object_rows, sums) = read_columns(cold, day, object).await?;
+        let (object_rows, sums) = read_columns(read_back, day, object).await?;
         if object_rows != object.rows {
             return Err(mismatch(day, &object.key, format!("decoded {object_rows} rows, wrote {}", object.rows)));
         }
@@ -161,8 +291,7 @@ pub async fn object_digest(cold: &ColdStore, key: &str) -> Result<(u64, String),
 
 /// The footer (row count, schema version) and the fingerprint columns of
 /// one object: (rows decoded, their aggregates).
-async fn read_columns(cold: &ColdStore, day: Day, object: &WrittenObject) -> Result<(u64, ReadBack), CompactorError> {
-    let reader = ObjectReader { store: cold.store().clone(), path: Path::from(object.key.as_str()), size: object.bytes };
+async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) -> Result<(u64, ReadBack), CompactorError> {
     let parquet_err = |source| CompactorError::Parquet { operation: "read back", key: object.key.clone(), source };
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(parquet_err)?;
     let meta = builder.metadata().file_metadata();
@@ -179,9 +308,8 @@ async fn read_columns(cold: &ColdStore, day: Day, object: &WrittenObject) -> Res
     let mut total = ReadBack::default();
     let schema = builder.parquet_schema();
     let column = |name: &str| schema.columns().iter().position(|c| c.name() == name);
-    let wanted = ["timestamp", "input_tokens", "output_tokens", "error_code"];
-    let leaves: Vec<usize> = wanted.iter().filter_map(|n| column(n)).collect();
-    if leaves.len() != wanted.len() {
+    let leaves: Vec<usize> = FINGERPRINT_COLUMNS.iter().filter_map(|n| column(n)).collect();
+    if leaves.len() != FINGERPRINT_COLUMNS.len() {
         return Err(mismatch(day, &object.key, "a fingerprint column is missing".into()));
     }
     let mask = ProjectionMask::leaves(schema, leaves);
@@ -201,4 +329,138 @@ async fn read_columns(cold: &ColdStore, day: Day, object: &WrittenObject) -> Res
         }
     }
     Ok((total.rows, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::{archive_schema, ArchiveRow, BatchBuilder};
+    use inferlog_store::ColdConfig;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::metadata::KeyValue;
+    use parquet::file::properties::WriterProperties;
+
+    #[test]
+    fn kept_ranges_are_clipped_sorted_and_merged_with_the_tail() {
+        let hint = [50..60, 10..20, 15..30, 95..120, 200..300];
+        assert_eq!(kept_ranges(&hint, 100, 10), vec![10..30, 50..60, 90..100]);
+        assert_eq!(kept_ranges(&[], 5, 10), vec![0..5]);
+    }
+
+    /// Writes `rows` generated rows as one Parquet object of small row
+    /// groups and returns what the archive stage would have recorded.
+    async fn write_object(cold: &ColdStore, key: &str, rows: usize) -> (WrittenObject, DayFingerprint) {
+        let ids: Vec<String> = (0..rows).map(|i| format!("{:016x}{:016x}", (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15), i * 7919)).collect();
+        let mut builder = BatchBuilder::new(archive_schema());
+        let mut expected = ReadBack::default();
+        for (i, id) in ids.iter().enumerate() {
+            let row = ArchiveRow {
+                timestamp_ms: 1_764_000_000_000 + i as u64 * 37,
+                request_id: id,
+                business_line: "search",
+                model_name: "m",
+                model_version: "v1",
+                input_tokens: (i % 4000) as u32,
+                output_tokens: (i % 700) as u32,
+                total_latency_ms: i as f64 * 0.25,
+                error_code: if i % 50 == 0 { 1003 } else { 0 },
+                error_stage: None,
+                user_id_hash: Some(id),
+                tenant: None,
+                session_id: None,
+                request_type: None,
+                queue_wait_ms: None,
+                prefill_time_ms: None,
+                decode_time_ms: None,
+                ttft_ms: None,
+                tpot_ms: None,
+                gpu_id: None,
+                batch_size: None,
+                cache_hit: None,
+                cache_prefix_tokens: None,
+                gpu_mem_peak_mb: None,
+                truncated: None,
+                schema_version: 1,
+                kafka_topic: "t",
+                kafka_partition: 0,
+                kafka_offset: i as u64,
+                ingested_at: 1_764_000_001,
+            };
+            builder.append(&row);
+            expected.rows += 1;
+            expected.input_tokens += u64::from(row.input_tokens);
+            expected.output_tokens += u64::from(row.output_tokens);
+            expected.errors += u64::from(row.error_code != 0);
+            let t = row.timestamp_ms as i64;
+            expected.min_ts = Some(expected.min_ts.map_or(t, |m| m.min(t)));
+            expected.max_ts = Some(expected.max_ts.map_or(t, |m| m.max(t)));
+        }
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(rows / 4))
+            .set_key_value_metadata(Some(vec![KeyValue::new("inferlog.schema_version".into(), SCHEMA_VERSION.to_string())]))
+            .build();
+        let mut bytes = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut bytes, archive_schema(), Some(properties)).expect("writer");
+        writer.write(&builder.finish().expect("batch")).expect("write");
+        let metadata = writer.close().expect("close");
+        cold.store().put(&Path::from(key), bytes.clone().into()).await.expect("put");
+        let object = WrittenObject {
+            key: key.to_owned(),
+            rows: rows as u64,
+            bytes: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+            fingerprint_ranges: fingerprint_ranges(&metadata),
+        };
+        (object, expected.fingerprint())
+    }
+
+    fn local_store(dir: &std::path::Path) -> ColdStore {
+        ColdStore::new(&ColdConfig { url: format!("file://{}/", dir.display()), ..ColdConfig::default() }).expect("cold store")
+    }
+
+    #[tokio::test]
+    async fn one_streamed_read_serves_the_footer_and_the_fingerprint_columns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cold = local_store(dir.path());
+        let (object, expected) = write_object(&cold, "dt=2025-11-24/part-0000.parquet", 40_000).await;
+        let tail = 16 * 1024;
+        assert!(object.bytes > 8 * tail, "the object ({} bytes) must be larger than what is kept", object.bytes);
+        assert_eq!(object.fingerprint_ranges.len(), 16, "4 columns x 4 row groups");
+
+        let read_back = ReadBackObject::fetch_keeping(&cold, &object.key, object.bytes, &object.fingerprint_ranges, tail).await.expect("fetch");
+        assert_eq!((read_back.size, read_back.sha256.as_str()), (object.bytes, object.sha256.as_str()));
+        // With the object gone, decoding can only use what the one read kept.
+        cold.delete(&object.key).await.expect("delete");
+        let (rows, sums) = read_columns(read_back, 20_416, &object).await.expect("decoded from kept bytes");
+        assert_eq!(rows, object.rows);
+        assert_eq!(sums.fingerprint(), expected);
+
+        // Without the hint the columns are not kept, and the (now missing) object is asked for again.
+        let (object, _) = write_object(&cold, "dt=2025-11-24/part-0001.parquet", 40_000).await;
+        let read_back = ReadBackObject::fetch_keeping(&cold, &object.key, object.bytes, &[], tail).await.expect("fetch");
+        cold.delete(&object.key).await.expect("delete");
+        assert!(read_columns(read_back, 20_416, &object).await.is_err(), "columns outside the kept ranges need the store");
+    }
+
+    #[tokio::test]
+    async fn verify_day_accepts_the_object_as_written_and_rejects_a_changed_byte() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cold = local_store(dir.path());
+        let day = 20_416;
+        let (object, expected) = write_object(&cold, "dt=2025-11-24/part-0000.parquet", 20_000).await;
+        let entries = verify_day(&cold, day, std::slice::from_ref(&object), &expected).await.expect("verified");
+        assert_eq!((entries.len(), entries[0].rows, entries[0].bytes), (1, object.rows, object.bytes));
+
+        let wrong = DayFingerprint { input_tokens: expected.input_tokens + 1, ..expected };
+        let e = verify_day(&cold, day, std::slice::from_ref(&object), &wrong).await.expect_err("a sum that differs fails");
+        assert!(e.to_string().contains("ClickHouse has"), "{e}");
+
+        let path = Path::from(object.key.as_str());
+        let mut bytes = cold.store().get(&path).await.expect("get").bytes().await.expect("bytes").to_vec();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x55;
+        cold.store().put(&path, bytes.into()).await.expect("put");
+        let e = verify_day(&cold, day, std::slice::from_ref(&object), &expected).await.expect_err("a changed byte fails");
+        assert!(e.to_string().contains("sha256"), "{e}");
+    }
 }

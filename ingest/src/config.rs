@@ -89,6 +89,12 @@ pub struct IngestConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub batch_max_age: Duration,
+    /// A batch of at least this many rows and rejects is flushed as soon as
+    /// the source has had nothing new for 100ms (a backlog or a burst has
+    /// been read to its end) instead of waiting out `batch_max_age`; 0 turns
+    /// this off. Smaller batches still wait, so a trickle of events never
+    /// becomes a trickle of small inserts. Default: 10000.
+    pub flush_when_caught_up_rows: usize,
     /// How many recent request ids are remembered to drop producer retries. Default: 1000000.
     pub dedup_window: usize,
     /// First retry delay after a failed insert or produce; doubles up to `retry_max_backoff`. Default: "200ms".
@@ -113,6 +119,7 @@ impl Default for IngestConfig {
             batch_max_rows: 100_000,
             batch_max_bytes: 32 * 1024 * 1024,
             batch_max_age: Duration::from_secs(1),
+            flush_when_caught_up_rows: 10_000,
             dedup_window: 1_000_000,
             retry_initial_backoff: Duration::from_millis(200),
             retry_max_backoff: Duration::from_secs(10),

@@ -3,7 +3,8 @@
 //!
 //! [`source`] (Kafka consumer group) → [`pipeline`] (normalize with
 //! `inferlog-schema`, skip replays and retries) → [`batch`] (per-day
-//! batches) → [`clickhouse_sink`] (hot rows) and [`dlq`] (rejects) → commit.
+//! batches) → [`writer`] task, one batch in flight: [`clickhouse_sink`]
+//! (hot rows) and [`dlq`] (rejects) → commit.
 
 pub mod batch;
 pub mod clickhouse_sink;
@@ -13,6 +14,7 @@ pub mod error;
 pub mod metrics;
 pub mod pipeline;
 pub mod source;
+pub mod writer;
 
 pub use config::Config;
 pub use error::IngestError;

@@ -24,13 +24,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("INFERLOG_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    inferlog_store::cli::init_logging();
     let cli = Cli::parse();
     let config = match Config::load(&cli.config) {
         Ok(c) => c,

@@ -29,6 +29,7 @@ pub struct Metrics {
     inflight_rows: IntGauge,
     rebalances: IntCounterVec,
     offset_gaps: IntCounterVec,
+    caught_up_flushes: IntCounter,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
 }
@@ -86,6 +87,10 @@ impl Metrics {
                 "Offsets the broker skipped: rewound (re-read) or lost (gone from the broker)",
                 &["outcome"],
             ),
+            caught_up_flushes: counter(
+                "inferlog_ingest_caught_up_flushes_total",
+                "Batches flushed before batch_max_age because the source was read to its end",
+            ),
             consumer_lag,
             inflight_rows,
             healthy: Arc::new(AtomicBool::new(true)),
@@ -137,6 +142,12 @@ pub fn batch_flushed(m: &Metrics, rows: usize, rejects: usize, elapsed: Duration
     m.flush_seconds.observe(elapsed.as_secs_f64());
     m.healthy.store(true, Ordering::Relaxed);
     tracing::debug!(rows, rejects, elapsed_ms = elapsed.as_millis() as u64, "batch flushed and committed");
+}
+
+/// The source has nothing more for now and the batch is big enough to insert.
+pub fn caught_up_flush(m: &Metrics, rows: usize) {
+    m.caught_up_flushes.inc();
+    tracing::debug!(rows, "source read to its end: flushing without waiting for batch_max_age");
 }
 
 /// A ClickHouse insert failed; it will be retried after `backoff`.

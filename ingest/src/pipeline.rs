@@ -5,12 +5,14 @@
 //!    message whose offset is already stored (a replay after a crash or a
 //!    rebalance) or whose request_id was just stored (a producer retry) is
 //!    skipped;
-//! 2. when the batch is full or old, its rows are inserted one UTC day per
-//!    INSERT, its rejects produced to the DLQ and logged, and only then
-//!    are its offsets committed.
+//! 2. when the batch is full, old, or the source has been read to its end,
+//!    it is handed to the [`crate::writer`] task, which inserts its rows one
+//!    UTC day per INSERT and produces and logs its rejects while the next
+//!    batch is read; only once that returned are its offsets committed.
 //!
-//! While a batch is being written nothing new is fetched beyond librdkafka's
-//! bounded prefetch, so memory stays bounded however long ClickHouse is away.
+//! One batch is written while one fills: a full batch waits for the one in
+//! flight, and nothing more is fetched beyond librdkafka's bounded prefetch,
+//! so memory stays bounded however long ClickHouse is away.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,12 +25,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
 use crate::batch::{fingerprint, Batch, PartitionKey, RecentIds};
-use crate::clickhouse_sink::{ClickHouseSink, HotRow, RejectRow};
+use crate::clickhouse_sink::{ClickHouseSink, HotRow};
 use crate::config::Config;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
-use crate::source::{self, Consumer, RebalanceEvent, RebalanceLog};
+use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
+use crate::writer::Writer;
 
 /// How the daemon should stop.
 #[derive(Debug, Clone, Default)]
@@ -60,15 +63,29 @@ struct PartitionState {
     rewind: i64,
 }
 
+/// With no message for this long, the source counts as read to its end
+/// (`ingest.flush_when_caught_up_rows`). Several of librdkafka's fetch waits.
+const CAUGHT_UP_AFTER: Duration = Duration::from_millis(100);
+
 /// First rewind step when the broker skipped offsets.
 const FIRST_REWIND: i64 = 1024;
+
+/// The batch the writer task is making durable.
+struct InFlight {
+    batch: Arc<Batch>,
+    task: tokio::task::JoinHandle<Result<(), IngestError>>,
+    started: Instant,
+}
 
 struct Pipeline {
     config: Config,
     contract: Contract,
     hasher: UserIdHasher,
-    sink: ClickHouseSink,
-    dlq: Dlq,
+    writer: Writer,
+    in_flight: Option<InFlight>,
+    /// Signalled by the writer task when it finishes (the loop wakes to commit).
+    written: Arc<tokio::sync::Notify>,
+    gate: Arc<FlushGate>,
     consumer: Arc<Consumer>,
     rebalances: Arc<RebalanceLog>,
     metrics: Metrics,
@@ -78,9 +95,6 @@ struct Pipeline {
     batch: Batch,
     summary: Summary,
     assigned_once: bool,
-    shutdown: watch::Receiver<bool>,
-    /// Set at SIGTERM: retries stop at this instant.
-    deadline: Option<Instant>,
 }
 
 /// Runs until `shutdown` flips to true (then flushes and commits) or, with
@@ -110,15 +124,17 @@ pub async fn run(
             }
         }
     }
-    let (consumer, rebalances) = source::subscribe(&config.kafka)?;
+    let source::Subscription { consumer, rebalances, gate } = source::subscribe(&config.kafka)?;
     let dlq = Dlq::new(&config.kafka)?;
     let mut p = Pipeline {
         recent: RecentIds::new(config.ingest.dedup_window),
+        writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone()),
         config,
         contract,
         hasher,
-        sink,
-        dlq,
+        in_flight: None,
+        written: Arc::new(tokio::sync::Notify::new()),
+        gate,
         consumer,
         rebalances,
         metrics,
@@ -127,21 +143,26 @@ pub async fn run(
         batch: Batch::default(),
         summary: Summary::default(),
         assigned_once: false,
-        shutdown: shutdown.clone(),
-        deadline: None,
     };
     tracing::info!(topics = ?p.config.kafka.topics, group = %p.config.kafka.group_id, "ingest started");
     let result = p.consume(&options, &mut shutdown).await;
     if let Err(e) = result {
         // Nothing more is committed: what was read is re-read on restart.
+        if let Some(in_flight) = p.in_flight.take() {
+            in_flight.task.abort();
+            let _ = in_flight.task.await;
+        }
         p.consumer.unsubscribe();
         return Err(e);
     }
     // Stop fetching, then make what was read durable and commit it within
     // the shutdown budget. Without the commit the messages are re-read.
-    p.deadline.get_or_insert_with(|| Instant::now() + p.config.ingest.shutdown_timeout);
-    let final_flush = p.flush().await;
-    p.dlq.flush(Duration::from_secs(5));
+    p.writer.start_deadline();
+    let mut final_flush = p.flush().await;
+    if final_flush.is_ok() {
+        final_flush = p.finish_in_flight().await;
+    }
+    p.writer.dlq.flush(Duration::from_secs(5));
     p.consumer.unsubscribe();
     final_flush?;
     Ok(p.summary)
@@ -154,12 +175,26 @@ impl Pipeline {
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
         let mut lag_ticker = tokio::time::interval_at((Instant::now() + Duration::from_secs(2)).into(), Duration::from_secs(5));
         let consumer = self.consumer.clone();
+        let written = self.written.clone();
         loop {
+            if self.in_flight.as_ref().is_some_and(|f| f.task.is_finished()) {
+                self.finish_in_flight().await?;
+            }
             let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);
+            let caught_up_rows = self.config.ingest.flush_when_caught_up_rows;
+            let flush_when_caught_up = caught_up_rows > 0 && self.batch.rows >= caught_up_rows;
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(()),
+                // The batch in flight is durable: commit it now, not at the next hand-over.
+                _ = written.notified(), if self.in_flight.is_some() => self.finish_in_flight().await?,
                 _ = async { tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now).into()).await }, if flush_at.is_some() => {
+                    self.flush().await?;
+                }
+                // Re-armed on every pass of the loop, so it fires only after
+                // CAUGHT_UP_AFTER without a message: the end of what there was to read.
+                _ = tokio::time::sleep(CAUGHT_UP_AFTER), if flush_when_caught_up => {
+                    metrics::caught_up_flush(&self.metrics, self.batch.rows);
                     self.flush().await?;
                 }
                 message = consumer.recv() => {
@@ -326,7 +361,8 @@ impl Pipeline {
         let (committed, low) = positions;
         let expected = committed.unwrap_or(low).max(low);
         let replay = self
-            .retry("replay filter", |sink, _| {
+            .writer
+            .retry("replay filter", |sink: ClickHouseSink, _| {
                 let topic = topic.clone();
                 async move { sink.stored_offsets(&topic, partition, expected).await }
             })
@@ -337,126 +373,59 @@ impl Pipeline {
         Ok(PartitionState { replay, expected, low_watermark: low, rewind: FIRST_REWIND })
     }
 
-    /// Sleeps one backoff step, or returns an error once a SIGTERM's
-    /// shutdown budget is spent (the daemon then exits without committing,
-    /// and the uncommitted messages are re-read on restart).
-    async fn backoff(&mut self, error: &IngestError, attempt: u32, backoff: Duration) -> Result<(), IngestError> {
-        metrics::insert_failed(&self.metrics, error, attempt, backoff);
-        if *self.shutdown.borrow() {
-            self.deadline.get_or_insert_with(|| Instant::now() + self.config.ingest.shutdown_timeout);
-        }
-        if let Some(deadline) = self.deadline {
-            if Instant::now() + backoff > deadline {
-                return Err(IngestError::ShutdownTimeout(self.config.ingest.shutdown_timeout));
-            }
-        }
-        let mut shutdown = self.shutdown.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            // A SIGTERM cuts the wait short so the deadline starts now.
-            _ = shutdown.changed(), if self.deadline.is_none() => {}
-        }
-        Ok(())
-    }
-
-    /// Retries `op` with exponential backoff while its errors are transient.
-    async fn retry<T, F, Fut>(&mut self, what: &'static str, mut op: F) -> Result<T, IngestError>
-    where
-        F: FnMut(ClickHouseSink, bool) -> Fut,
-        Fut: std::future::Future<Output = Result<T, IngestError>>,
-    {
-        let mut backoff = self.config.ingest.retry_initial_backoff;
-        let mut attempt = 0;
-        loop {
-            match op(self.sink.clone(), attempt > 0).await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.class() == inferlog_schema::ErrorClass::Retry => {
-                    attempt += 1;
-                    tracing::debug!(what, attempt, "retrying");
-                    self.backoff(&e, attempt, backoff).await?;
-                    backoff = (backoff * 2).min(self.config.ingest.retry_max_backoff);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Makes the batch durable (rows per day, then rejects to the DLQ and
-    /// their log), then commits its offsets.
+    /// Hands the batch to the writer task, once the batch before it is
+    /// durable and committed.
     async fn flush(&mut self) -> Result<(), IngestError> {
         self.apply_rebalances();
         if self.batch.is_empty() {
             return Ok(());
         }
-        let started = Instant::now();
-        let batch = std::mem::take(&mut self.batch);
-        metrics::inflight(&self.metrics, batch.rows);
-        let mut rows = 0usize;
-        let batch = Arc::new(batch);
-        for day in batch.days.keys() {
-            let (b, day) = (batch.clone(), *day);
-            self.retry("insert rows", move |sink, retry| {
-                let b = b.clone();
-                async move { sink.insert_rows(&b.days[&day], retry).await }
-            })
-            .await?;
-            rows += batch.days[&day].len();
-        }
-        if !batch.rejects.is_empty() {
-            let mut pending: Vec<&Reject> = batch.rejects.iter().collect();
-            let mut backoff = self.config.ingest.retry_initial_backoff;
-            let mut attempt = 0;
-            while !pending.is_empty() {
-                match self.dlq.send_all(&pending).await {
-                    Ok(()) => pending.clear(),
-                    Err((failed, error)) => {
-                        attempt += 1;
-                        pending = failed;
-                        self.backoff(&error, attempt, backoff).await?;
-                        backoff = (backoff * 2).min(self.config.ingest.retry_max_backoff);
-                    }
-                }
-            }
-            let log: Vec<RejectRow> = batch
-                .rejects
-                .iter()
-                .map(|r| RejectRow {
-                    day: r.received_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY) as u16,
-                    received_at: (r.received_ms / 1000) as u32,
-                    reason: r.rejection.reason.as_str(),
-                    field: r.rejection.field.clone(),
-                    message: r.rejection.message.clone(),
-                    kafka_topic: r.topic.to_string(),
-                    kafka_partition: r.partition as u16,
-                    kafka_offset: r.offset as u64,
-                    bytes: r.payload.len() as u32,
-                })
-                .collect();
-            let log = Arc::new(log);
-            self.retry("log rejects", move |sink, retry| {
-                let log = log.clone();
-                async move { sink.insert_rejects(&log, retry).await }
-            })
-            .await?;
-        }
-        self.commit(&batch);
+        self.finish_in_flight().await?;
+        // The finished task's wake-up is spent: the next one is the next task's.
+        let _ = futures_util::FutureExt::now_or_never(self.written.notified());
+        let batch = Arc::new(std::mem::take(&mut self.batch));
+        // Ids of the batch in flight count as stored: a producer retry read
+        // while it is written is dropped (if the write fails, the daemon
+        // exits without committing and both are read again).
         self.recent.extend(batch.request_ids.iter().copied());
-        self.summary.rows += rows as u64;
-        self.summary.rejects += batch.rejects.len() as u64;
-        metrics::batch_flushed(&self.metrics, rows, batch.rejects.len(), started.elapsed());
-        metrics::inflight(&self.metrics, 0);
+        let (writer, written, guard) = (self.writer.clone(), self.written.clone(), self.gate.enter());
+        let to_write = batch.clone();
+        let task = tokio::spawn(async move {
+            let result = writer.write(to_write).await;
+            drop(guard);
+            written.notify_one();
+            result
+        });
+        self.in_flight = Some(InFlight { batch, task, started: Instant::now() });
         Ok(())
     }
 
-    /// Commits offset + 1 of every partition in the batch. A failed commit
-    /// (say, during a rebalance) loses nothing: the rows are durable and a
-    /// replay skips them.
+    /// Waits for the batch in flight, then commits its offsets.
+    async fn finish_in_flight(&mut self) -> Result<(), IngestError> {
+        let Some(InFlight { batch, task, started }) = self.in_flight.take() else { return Ok(()) };
+        metrics::inflight(&self.metrics, batch.rows + self.batch.rows);
+        task.await.map_err(|e| IngestError::Config(format!("writer task: {e}")))??;
+        self.commit(&batch);
+        let rows: usize = batch.days.values().map(Vec::len).sum();
+        self.summary.rows += rows as u64;
+        self.summary.rejects += batch.rejects.len() as u64;
+        metrics::batch_flushed(&self.metrics, rows, batch.rejects.len(), started.elapsed());
+        metrics::inflight(&self.metrics, self.batch.rows);
+        Ok(())
+    }
+
+    /// Commits offset + 1 of every partition in the batch that this member
+    /// still owns. A failed or skipped commit (say, around a rebalance) loses
+    /// nothing: the rows are durable and a replay skips them.
     fn commit(&self, batch: &Batch) {
         let mut tpl = TopicPartitionList::with_capacity(batch.offsets.len());
-        for ((topic, partition), offset) in &batch.offsets {
+        for ((topic, partition), offset) in batch.offsets.iter().filter(|(key, _)| self.partitions.contains_key(*key)) {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset + 1)) {
                 tracing::warn!(%topic, partition, error = %e, "cannot build commit");
             }
+        }
+        if tpl.count() == 0 {
+            return;
         }
         if let Err(error) = self.consumer.commit(&tpl, CommitMode::Sync) {
             tracing::warn!(%error, "offset commit failed; durable rows will be skipped on replay");

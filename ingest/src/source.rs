@@ -5,7 +5,7 @@
 //! Auto-commit is off: the pipeline commits a partition's offset only after
 //! everything before it is durable (rows in ClickHouse, rejects in the DLQ).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -16,7 +16,7 @@ use crate::error::IngestError;
 
 /// Partitions the group took from or gave to this member since the
 /// pipeline last looked. Filled by librdkafka's rebalance callbacks, which
-/// run inside `recv()`, so never while a flush is writing.
+/// run inside the pipeline's `recv()`.
 #[derive(Debug, Default)]
 pub struct RebalanceLog {
     events: Mutex<Vec<RebalanceEvent>>,
@@ -40,10 +40,60 @@ impl RebalanceLog {
     }
 }
 
-/// The consumer's context: records rebalances for the pipeline.
+/// Whether a batch is being written. A revocation waits until it is not:
+/// rows read from a partition must be durable before the partition's next
+/// owner looks up which of its offsets are already stored.
+#[derive(Debug, Default)]
+pub struct FlushGate {
+    busy: Mutex<bool>,
+    idle: Condvar,
+}
+
+impl FlushGate {
+    /// Marks a batch in flight until the returned guard is dropped (the
+    /// write finished, failed, or its task was aborted).
+    pub fn enter(self: &Arc<Self>) -> FlushGuard {
+        if let Ok(mut busy) = self.busy.lock() {
+            *busy = true;
+        }
+        FlushGuard(self.clone())
+    }
+
+    /// Blocks the calling thread (librdkafka's rebalance callback, run by
+    /// the pipeline's `recv()`) until no batch is in flight.
+    fn wait_idle(&self) {
+        let Ok(mut busy) = self.busy.lock() else { return };
+        if *busy {
+            tracing::info!("rebalance: waiting for the batch in flight to be durable");
+        }
+        while *busy {
+            busy = match self.idle.wait(busy) {
+                Ok(b) => b,
+                Err(_) => return,
+            };
+        }
+    }
+}
+
+/// See [`FlushGate::enter`].
+#[derive(Debug)]
+pub struct FlushGuard(Arc<FlushGate>);
+
+impl Drop for FlushGuard {
+    fn drop(&mut self) {
+        if let Ok(mut busy) = self.0.busy.lock() {
+            *busy = false;
+        }
+        self.0.idle.notify_all();
+    }
+}
+
+/// The consumer's context: records rebalances for the pipeline, and holds
+/// a revocation until the batch in flight is durable.
 #[derive(Debug, Clone, Default)]
 pub struct IngestContext {
     pub rebalances: Arc<RebalanceLog>,
+    pub gate: Arc<FlushGate>,
 }
 
 impl ClientContext for IngestContext {}
@@ -55,6 +105,7 @@ fn partitions(tpl: &rdkafka::TopicPartitionList) -> Vec<(String, i32)> {
 impl ConsumerContext for IngestContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
+            self.gate.wait_idle();
             self.rebalances.push(RebalanceEvent::Revoked(partitions(tpl)));
         }
     }
@@ -78,11 +129,25 @@ pub fn client_config(kafka: &KafkaConfig) -> ClientConfig {
     config
 }
 
+/// A consumer of the source topics, with what its rebalance callbacks share
+/// with the pipeline.
+pub struct Subscription {
+    pub consumer: Arc<Consumer>,
+    pub rebalances: Arc<RebalanceLog>,
+    pub gate: Arc<FlushGate>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").field("rebalances", &self.rebalances).field("gate", &self.gate).finish_non_exhaustive()
+    }
+}
+
 /// A group member subscribed to the source topics.
-pub fn subscribe(kafka: &KafkaConfig) -> Result<(Arc<Consumer>, Arc<RebalanceLog>), IngestError> {
+pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
     use rdkafka::consumer::Consumer as _;
     let context = IngestContext::default();
-    let rebalances = context.rebalances.clone();
+    let (rebalances, gate) = (context.rebalances.clone(), context.gate.clone());
     let mut config = client_config(kafka);
     config
         .set("group.id", &kafka.group_id)
@@ -130,5 +195,31 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<(Arc<Consumer>, Arc<RebalanceLog
             rebalances.push(RebalanceEvent::Assigned(assigned));
         }
     }
-    Ok((Arc::new(consumer), rebalances))
+    Ok(Subscription { consumer: Arc::new(consumer), rebalances, gate })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_revocation_waits_until_the_batch_in_flight_is_written() {
+        let gate = Arc::new(FlushGate::default());
+        gate.wait_idle(); // nothing in flight: returns at once
+        let guard = gate.enter();
+        let (done, waited) = mpsc::channel();
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                gate.wait_idle();
+                let _ = done.send(());
+            })
+        };
+        assert!(waited.recv_timeout(Duration::from_millis(300)).is_err(), "the revocation must wait while a batch is in flight");
+        drop(guard);
+        assert!(waited.recv_timeout(Duration::from_secs(5)).is_ok(), "the revocation goes on once the batch is durable");
+        waiter.join().expect("waiter thread");
+    }
 }

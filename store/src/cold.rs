@@ -85,6 +85,7 @@ impl ColdStore {
                     .with_bucket_name(bucket)
                     .with_region(&config.region)
                     .with_retry(retry)
+                    .with_unsigned_payload(!config.sign_payload)
                     .with_client_options(client);
                 if !config.endpoint.is_empty() {
                     builder = builder.with_endpoint(&config.endpoint);

@@ -177,6 +177,12 @@ pub struct ColdConfig {
     pub zstd_level: i32,
     /// Parts of a multipart upload sent at once. Default: 4.
     pub upload_concurrency: usize,
+    /// Sign each S3 request's body (SigV4 payload hash). Off, the body is sent
+    /// as UNSIGNED-PAYLOAD, which S3 accepts: every object is read back and
+    /// checked against its SHA-256 before a day may leave the hot tier, which
+    /// covers what signing the payload would, without a second hash pass
+    /// over every byte written. Default: false.
+    pub sign_payload: bool,
 }
 
 impl Default for ColdConfig {
@@ -192,6 +198,7 @@ impl Default for ColdConfig {
             object_max_rows: 4_000_000,
             zstd_level: 1,
             upload_concurrency: 4,
+            sign_payload: false,
         }
     }
 }
