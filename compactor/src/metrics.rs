@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inferlog_store::catalog::DayState;
-use inferlog_store::http::metric as must;
+use inferlog_store::http::registered;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone, Debug)]
@@ -34,39 +34,37 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let register = |c: Box<dyn prometheus::core::Collector>| must(registry.register(c));
-        let day_states = must(IntCounterVec::new(
-            Opts::new("inferlog_compactor_days_total", "Days that reached a state, by state"),
-            &["state"],
-        ));
-        let rows_archived = must(IntCounter::new("inferlog_compactor_rows_archived_total", "Rows written to verified Parquet objects"));
-        let bytes_written = must(IntCounter::new("inferlog_compactor_bytes_written_total", "Bytes of Parquet objects written"));
-        let objects_written = must(IntCounter::new("inferlog_compactor_objects_written_total", "Parquet objects written"));
-        let verification_failures =
-            must(IntCounter::new("inferlog_compactor_verification_failures_total", "Archives whose read-back did not match ClickHouse"));
-        let day_errors = must(IntCounterVec::new(
-            Opts::new("inferlog_compactor_day_errors_total", "Days whose work failed in a pass, by error class"),
-            &["class"],
-        ));
-        let pass_seconds = must(Histogram::with_opts(
-            HistogramOpts::new("inferlog_compactor_pass_seconds", "Duration of one pass over every closed day")
-                .buckets(vec![0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0, 3600.0]),
-        ));
-        let days_pending = must(IntGauge::new("inferlog_compactor_days_pending", "Closed days not yet complete after the last pass"));
-        let stage_seconds = must(prometheus::HistogramVec::new(
-            HistogramOpts::new("inferlog_compactor_stage_seconds", "Duration of one stage of one day")
-                .buckets(vec![0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0]),
-            &["stage"],
-        ));
-        register(Box::new(stage_seconds.clone()));
-        register(Box::new(day_states.clone()));
-        register(Box::new(rows_archived.clone()));
-        register(Box::new(bytes_written.clone()));
-        register(Box::new(objects_written.clone()));
-        register(Box::new(verification_failures.clone()));
-        register(Box::new(day_errors.clone()));
-        register(Box::new(pass_seconds.clone()));
-        register(Box::new(days_pending.clone()));
+        let day_states = registered(
+            &registry,
+            IntCounterVec::new(Opts::new("inferlog_compactor_days_total", "Days that reached a state, by state"), &["state"]),
+        );
+        let rows_archived = registered(&registry, IntCounter::new("inferlog_compactor_rows_archived_total", "Rows written to verified Parquet objects"));
+        let bytes_written = registered(&registry, IntCounter::new("inferlog_compactor_bytes_written_total", "Bytes of Parquet objects written"));
+        let objects_written = registered(&registry, IntCounter::new("inferlog_compactor_objects_written_total", "Parquet objects written"));
+        let verification_failures = registered(
+            &registry,
+            IntCounter::new("inferlog_compactor_verification_failures_total", "Archives whose read-back did not match ClickHouse"),
+        );
+        let day_errors = registered(
+            &registry,
+            IntCounterVec::new(Opts::new("inferlog_compactor_day_errors_total", "Days whose work failed in a pass, by error class"), &["class"]),
+        );
+        let pass_seconds = registered(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new("inferlog_compactor_pass_seconds", "Duration of one pass over every closed day")
+                    .buckets(vec![0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0, 3600.0]),
+            ),
+        );
+        let days_pending = registered(&registry, IntGauge::new("inferlog_compactor_days_pending", "Closed days not yet complete after the last pass"));
+        let stage_seconds = registered(
+            &registry,
+            prometheus::HistogramVec::new(
+                HistogramOpts::new("inferlog_compactor_stage_seconds", "Duration of one stage of one day")
+                    .buckets(vec![0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0]),
+                &["stage"],
+            ),
+        );
         Metrics {
             registry,
             day_states,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use inferlog_store::http::metric as must;
+use inferlog_store::http::registered;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
 
@@ -37,28 +37,18 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            let c = must(IntCounterVec::new(Opts::new(name, help), labels));
-            must(registry.register(Box::new(c.clone())));
-            c
-        };
-        let counter = |name: &str, help: &str| {
-            let c = must(IntCounter::new(name, help));
-            must(registry.register(Box::new(c.clone())));
-            c
-        };
-        let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
-            let h = must(Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)));
-            must(registry.register(Box::new(h.clone())));
-            h
-        };
-        let consumer_lag = must(IntGaugeVec::new(
-            Opts::new("inferlog_ingest_consumer_lag", "Messages behind the partition's high watermark (as the broker reports it)"),
-            &["topic", "partition"],
-        ));
-        must(registry.register(Box::new(consumer_lag.clone())));
-        let inflight_rows = must(IntGauge::new("inferlog_ingest_inflight_rows", "Rows and rejects buffered, not yet durable"));
-        must(registry.register(Box::new(inflight_rows.clone())));
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| registered(&registry, IntCounterVec::new(Opts::new(name, help), labels));
+        let counter = |name: &str, help: &str| registered(&registry, IntCounter::new(name, help));
+        let histogram =
+            |name: &str, help: &str, buckets: Vec<f64>| registered(&registry, Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)));
+        let consumer_lag = registered(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new("inferlog_ingest_consumer_lag", "Messages behind the partition's high watermark (as the broker reports it)"),
+                &["topic", "partition"],
+            ),
+        );
+        let inflight_rows = registered(&registry, IntGauge::new("inferlog_ingest_inflight_rows", "Rows and rejects buffered, not yet durable"));
         Metrics {
             messages: counter_vec("inferlog_ingest_messages_total", "Messages consumed", &["topic"]),
             rows_inserted: counter("inferlog_ingest_rows_inserted_total", "Rows durable in ClickHouse"),

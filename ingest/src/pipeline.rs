@@ -70,6 +70,15 @@ const CAUGHT_UP_AFTER: Duration = Duration::from_millis(100);
 /// First rewind step when the broker skipped offsets.
 const FIRST_REWIND: i64 = 1024;
 
+/// Waits for the writer task of the batch in flight (forever if none) and
+/// returns its outcome; the batch stays in `in_flight` for the commit.
+async fn written(in_flight: &mut Option<InFlight>) -> Result<Result<(), IngestError>, tokio::task::JoinError> {
+    match in_flight {
+        Some(f) => (&mut f.task).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The batch the writer task is making durable.
 struct InFlight {
     batch: Arc<Batch>,
@@ -83,8 +92,6 @@ struct Pipeline {
     hasher: UserIdHasher,
     writer: Writer,
     in_flight: Option<InFlight>,
-    /// Signalled by the writer task when it finishes (the loop wakes to commit).
-    written: Arc<tokio::sync::Notify>,
     gate: Arc<FlushGate>,
     consumer: Arc<Consumer>,
     rebalances: Arc<RebalanceLog>,
@@ -133,7 +140,6 @@ pub async fn run(
         contract,
         hasher,
         in_flight: None,
-        written: Arc::new(tokio::sync::Notify::new()),
         gate,
         consumer,
         rebalances,
@@ -175,11 +181,7 @@ impl Pipeline {
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
         let mut lag_ticker = tokio::time::interval_at((Instant::now() + Duration::from_secs(2)).into(), Duration::from_secs(5));
         let consumer = self.consumer.clone();
-        let written = self.written.clone();
         loop {
-            if self.in_flight.as_ref().is_some_and(|f| f.task.is_finished()) {
-                self.finish_in_flight().await?;
-            }
             let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);
             let caught_up_rows = self.config.ingest.flush_when_caught_up_rows;
             let flush_when_caught_up = caught_up_rows > 0 && self.batch.rows >= caught_up_rows;
@@ -187,7 +189,7 @@ impl Pipeline {
                 biased;
                 _ = shutdown.changed() => return Ok(()),
                 // The batch in flight is durable: commit it now, not at the next hand-over.
-                _ = written.notified(), if self.in_flight.is_some() => self.finish_in_flight().await?,
+                written = written(&mut self.in_flight), if self.in_flight.is_some() => self.committed(written)?,
                 _ = async { tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now).into()).await }, if flush_at.is_some() => {
                     self.flush().await?;
                 }
@@ -248,7 +250,7 @@ impl Pipeline {
                 }
             }
         }
-        metrics::inflight(&self.metrics, self.batch.rows);
+        metrics::inflight(&self.metrics, self.buffered_rows());
     }
 
     /// The shared name of a topic and its consumed-messages counter.
@@ -381,36 +383,46 @@ impl Pipeline {
             return Ok(());
         }
         self.finish_in_flight().await?;
-        // The finished task's wake-up is spent: the next one is the next task's.
-        let _ = futures_util::FutureExt::now_or_never(self.written.notified());
         let batch = Arc::new(std::mem::take(&mut self.batch));
         // Ids of the batch in flight count as stored: a producer retry read
         // while it is written is dropped (if the write fails, the daemon
         // exits without committing and both are read again).
         self.recent.extend(batch.request_ids.iter().copied());
-        let (writer, written, guard) = (self.writer.clone(), self.written.clone(), self.gate.enter());
-        let to_write = batch.clone();
+        let (writer, guard, to_write) = (self.writer.clone(), self.gate.enter(), batch.clone());
         let task = tokio::spawn(async move {
             let result = writer.write(to_write).await;
             drop(guard);
-            written.notify_one();
             result
         });
         self.in_flight = Some(InFlight { batch, task, started: Instant::now() });
         Ok(())
     }
 
+    /// Rows and rejects read but not yet durable: the filling batch and the one being written.
+    fn buffered_rows(&self) -> usize {
+        self.batch.rows + self.in_flight.as_ref().map_or(0, |f| f.batch.rows)
+    }
+
     /// Waits for the batch in flight, then commits its offsets.
     async fn finish_in_flight(&mut self) -> Result<(), IngestError> {
-        let Some(InFlight { batch, task, started }) = self.in_flight.take() else { return Ok(()) };
-        metrics::inflight(&self.metrics, batch.rows + self.batch.rows);
-        task.await.map_err(|e| IngestError::Config(format!("writer task: {e}")))??;
+        if self.in_flight.is_none() {
+            return Ok(());
+        }
+        let result = written(&mut self.in_flight).await;
+        self.committed(result)
+    }
+
+    /// The batch in flight was written (`result`): on success its offsets
+    /// are committed.
+    fn committed(&mut self, result: Result<Result<(), IngestError>, tokio::task::JoinError>) -> Result<(), IngestError> {
+        let Some(InFlight { batch, started, .. }) = self.in_flight.take() else { return Ok(()) };
+        result.map_err(|e| IngestError::Config(format!("writer task: {e}")))??;
         self.commit(&batch);
         let rows: usize = batch.days.values().map(Vec::len).sum();
         self.summary.rows += rows as u64;
         self.summary.rejects += batch.rejects.len() as u64;
         metrics::batch_flushed(&self.metrics, rows, batch.rejects.len(), started.elapsed());
-        metrics::inflight(&self.metrics, self.batch.rows);
+        metrics::inflight(&self.metrics, self.buffered_rows());
         Ok(())
     }
 

@@ -244,6 +244,12 @@ impl Scenario {
     }
 }
 
+/// A loopback `host:port` free right now, for a daemon's /metrics and /healthz.
+pub fn free_loopback_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    format!("127.0.0.1:{port}")
+}
+
 /// `GET http://ADDR/PATH` with curl: the status line, headers and body.
 pub fn http_get(addr: &str, path: &str) -> String {
     let out = Command::new("curl").args(["-sS", "-i", &format!("http://{addr}{path}")]).output().expect("curl");

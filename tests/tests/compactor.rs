@@ -299,11 +299,11 @@ fn kill_9_at_every_state_transition_converges_to_the_same_end_state() {
 
 #[test]
 fn the_daemon_serves_metrics_and_stops_on_sigterm() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let addr = inferlog_tests::free_loopback_addr();
     let s = TierScenario::new("cmp_daemon", "");
     let config = std::fs::read_to_string(&s.config).expect("config").replace(
         "[compactor]\nmetrics_addr = \"\"\n",
-        &format!("[compactor]\nmetrics_addr = \"127.0.0.1:{port}\"\ninterval = \"1h\"\n"),
+        &format!("[compactor]\nmetrics_addr = \"{addr}\"\ninterval = \"1h\"\n"),
     );
     std::fs::write(&s.config, config).expect("config");
     s.seed(3_000, 1, today() - 2, 41);
@@ -313,7 +313,6 @@ fn the_daemon_serves_metrics_and_stops_on_sigterm() {
         assert!(started.elapsed() < Duration::from_secs(60), "{}", s.log("daemon.log"));
         std::thread::sleep(Duration::from_millis(100));
     }
-    let addr = format!("127.0.0.1:{port}");
     let get = |path: &str| inferlog_tests::http_get(&addr, path);
     let metrics = get("/metrics");
     for expected in [

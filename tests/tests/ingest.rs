@@ -173,9 +173,8 @@ fn partitions_handed_over_while_batches_are_written_lose_and_double_nothing() {
 
 #[test]
 fn sigterm_flushes_commits_and_exits_zero() {
-    // A free loopback port for /metrics and /healthz.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-    let s = Scenario::static_assignment("sigterm", 4, &format!("batch_max_age = \"30s\"\nmetrics_addr = \"127.0.0.1:{port}\"\n"));
+    let addr = inferlog_tests::free_loopback_addr();
+    let s = Scenario::static_assignment("sigterm", 4, &format!("batch_max_age = \"30s\"\nmetrics_addr = \"{addr}\"\n"));
     s.produce_generated(5_000, 0.0, 606);
     // A 30 s batch age: everything read is still buffered when SIGTERM comes.
     let mut child = s.spawn_ingest(None, "ingest.log");
@@ -186,7 +185,6 @@ fn sigterm_flushes_commits_and_exits_zero() {
     }
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(s.hot_count().0, 0, "nothing flushed before the signal");
-    let addr = format!("127.0.0.1:{port}");
     let get = |path: &str| http_get(&addr, path);
     let metrics = get("/metrics");
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");

@@ -216,8 +216,7 @@ fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
 fn the_daemon_publishes_the_audit_as_metrics_and_stops_on_sigterm() {
     // A DLQ created without retention.ms: the audit reports dlq.retention_unknown.
     let s = scenario("ret_daemon", None);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = inferlog_tests::free_loopback_addr();
     let mut child = s.spawn("inferlog-retention", &["enforce", "--daemon"], "daemon.log", &[("INFERLOG_RETENTION__METRICS_ADDR", addr.as_str())]);
     let get = |path: &str| inferlog_tests::http_get(&addr, path);
     let started = Instant::now();
