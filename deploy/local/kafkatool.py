@@ -11,6 +11,9 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py produce --topic T FILE            one message per line, keyed by request_id
   kafkatool.py read --topic T [--idle S]         prints one JSON object per message (headers, key, size)
   kafkatool.py count --topic T [--idle S]        prints {"messages": N, "by_reason": {...}}
+  kafkatool.py first-offsets --topic T OFFSET... prints {OFFSET: first offset a fetch from it delivers} (partition 0)
+  kafkatool.py commit --topic T --group G --offset O
+                                                 commits O for partition 0 of T in group G
 """
 import argparse
 import hashlib
@@ -33,7 +36,15 @@ def brokers(args):
 
 def create_topics(args):
     admin = AdminClient({"bootstrap.servers": brokers(args)})
-    existing = set(admin.list_topics(timeout=10).topics)
+    # A broker that just opened its port may not answer metadata yet.
+    for attempt in range(10):
+        try:
+            existing = set(admin.list_topics(timeout=10).topics)
+            break
+        except KafkaException:
+            if attempt == 9:
+                raise
+            time.sleep(1)
     config = dict(kv.split("=", 1) for kv in args.config)
     wanted = [NewTopic(t, num_partitions=args.partitions, replication_factor=1, config=config)
               for t in args.topics if t not in existing]
@@ -135,8 +146,10 @@ def read_all(args):
             if not gaps:
                 return
             print(f"kafkatool: {args.topic}: undelivered offsets {describe(gaps)}; seeking back (attempt {attempt + 1})", file=sys.stderr)
-            for partition, missing in gaps.items():
-                consumer.seek(TopicPartition(args.topic, partition, missing[0]))
+            for partition, (low, missing) in gaps.items():
+                # Further back each attempt, down to the log start: a seek into
+                # a record batch may again start at the next one on tansu.
+                consumer.seek(TopicPartition(args.topic, partition, max(low, missing[0] - 1024 * 4 ** attempt)))
         print(f"kafkatool: {args.topic}: offsets {describe(gaps)} are below the high watermark but the broker does not deliver them", file=sys.stderr)
         sys.exit(3)
     finally:
@@ -150,12 +163,12 @@ def find_gaps(consumer, topic, seen):
         offsets = seen.get(partition, set())
         missing = [o for o in range(max(low, 0), high) if o not in offsets]
         if missing:
-            gaps[partition] = missing
+            gaps[partition] = (max(low, 0), missing)
     return gaps
 
 
 def describe(gaps):
-    return ", ".join(f"p{p}: {len(m)} from {m[0]}" for p, m in sorted(gaps.items()))
+    return ", ".join(f"p{p}: {len(m)} from {m[0]}" for p, (_, m) in sorted(gaps.items()))
 
 
 def read(args):
@@ -181,6 +194,42 @@ def count(args):
     print(json.dumps({"messages": total, "by_reason": by_reason}))
 
 
+def first_offsets(args):
+    """Where a fetch from each offset starts delivering: the offset itself on
+    Kafka; on tansu 0.6.0, the next record batch start when it falls inside
+    a batch (tests use it to find such offsets)."""
+    consumer = Consumer({
+        "bootstrap.servers": brokers(args),
+        "group.id": f"kafkatool-{uuid.uuid4()}",
+        "enable.auto.commit": False,
+    })
+    found = {}
+    try:
+        for offset in args.offsets:
+            consumer.assign([TopicPartition(args.topic, 0, offset)])
+            deadline = time.monotonic() + args.idle
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error():
+                    raise KafkaException(msg.error())
+                found[offset] = msg.offset()
+                break
+            consumer.unassign()
+    finally:
+        consumer.close()
+    print(json.dumps(found))
+
+
+def commit(args):
+    consumer = Consumer({"bootstrap.servers": brokers(args), "group.id": args.group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(args.topic, 0, args.offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--brokers")
@@ -200,6 +249,16 @@ def main():
         c.add_argument("--idle", type=float, default=5.0)
         c.add_argument("--value-bytes", type=int, default=0)
         c.set_defaults(func=func)
+    c = sub.add_parser("first-offsets")
+    c.add_argument("--topic", required=True)
+    c.add_argument("--idle", type=float, default=10.0)
+    c.add_argument("offsets", type=int, nargs="+")
+    c.set_defaults(func=first_offsets)
+    c = sub.add_parser("commit")
+    c.add_argument("--topic", required=True)
+    c.add_argument("--group", required=True)
+    c.add_argument("--offset", type=int, required=True)
+    c.set_defaults(func=commit)
     args = p.parse_args()
     args.func(args)
 

@@ -19,6 +19,11 @@ pub enum IngestError {
     Kafka { operation: &'static str, source: rdkafka::error::KafkaError },
     #[error("dlq produce of {topic}/{partition}@{offset} to {dlq_topic}: {source}")]
     DlqProduce { dlq_topic: String, topic: String, partition: i32, offset: i64, source: rdkafka::error::KafkaError },
+    #[error(
+        "kafka {topic}/{partition}: the broker delivers offset {got} but not {expected}, though its log starts at {log_start}; \
+         stopping instead of skipping (nothing past {expected} is committed)"
+    )]
+    OffsetNotServed { topic: String, partition: i32, expected: i64, got: i64, log_start: i64 },
     #[error("shutdown: the final flush did not finish within {0:?}; uncommitted messages will be re-read on restart")]
     ShutdownTimeout(std::time::Duration),
 }
@@ -33,7 +38,7 @@ impl IngestError {
             // The schema crate classifies its own errors.
             IngestError::Schema(e) => e.class(),
             IngestError::Store(e) => e.class(),
-            IngestError::Config(_) | IngestError::ShutdownTimeout(_) => ErrorClass::Fail,
+            IngestError::Config(_) | IngestError::ShutdownTimeout(_) | IngestError::OffsetNotServed { .. } => ErrorClass::Fail,
         }
     }
 }

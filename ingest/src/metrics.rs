@@ -74,7 +74,7 @@ impl Metrics {
             rebalances: counter_vec("inferlog_ingest_rebalances_total", "Partition assignments and revocations", &["kind"]),
             offset_gaps: counter_vec(
                 "inferlog_ingest_offset_gaps_total",
-                "Offsets the broker skipped: rewound (re-read) or lost (gone from the broker)",
+                "Offsets the broker skipped: rewound (sought back), lost (below the log start) or stuck (not served even from the log start: ingest stops)",
                 &["outcome"],
             ),
             caught_up_flushes: counter(

@@ -55,12 +55,59 @@ struct PartitionState {
     /// Offsets at or past the committed one that are already stored.
     replay: HashSet<i64>,
     /// The next offset this partition must deliver: the committed offset at
-    /// first, then the last handled offset + 1. Nothing is ever skipped.
+    /// first, then the last handled offset + 1. Nothing the broker still
+    /// holds is ever skipped.
     expected: i64,
-    /// Lowest offset the broker still holds.
-    low_watermark: i64,
     /// How far to seek back on the next gap (grows while a gap persists).
     rewind: i64,
+    /// Seeks to the log start in a row that still did not deliver `expected`.
+    rewinds_at_log_start: u32,
+}
+
+/// What to do when a partition delivers an offset past the expected one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gap {
+    /// Seek back to this offset; what arrives before `expected` is dropped.
+    Rewind(i64),
+    /// `expected` is below the broker's log start (retention deleted it):
+    /// nothing can bring it back, so reading continues where the broker is.
+    Gone,
+    /// Seeking back to the log start did not deliver `expected`: the broker
+    /// does not serve an offset it claims to hold. Stop rather than skip it.
+    Stuck,
+}
+
+impl PartitionState {
+    fn new(replay: HashSet<i64>, expected: i64) -> PartitionState {
+        PartitionState { replay, expected, rewind: FIRST_REWIND, rewinds_at_log_start: 0 }
+    }
+
+    /// The next offset arrived: a later gap starts rewinding afresh.
+    fn advanced_to(&mut self, offset: i64) {
+        self.expected = offset + 1;
+        self.rewind = FIRST_REWIND;
+        self.rewinds_at_log_start = 0;
+    }
+
+    /// Decides on a gap, given the broker's current log start. Offsets the
+    /// broker still holds are never given up: each rewind goes four times
+    /// further back, down to the log start, which is always the start of a
+    /// record batch, so a broker that serves fetches only from batch starts
+    /// (tansu 0.6.0) delivers `expected` at the latest from there.
+    fn on_gap(&mut self, log_start: i64) -> Gap {
+        if self.expected < log_start {
+            return Gap::Gone;
+        }
+        let to = self.expected.saturating_sub(self.rewind).max(log_start);
+        if to == log_start {
+            self.rewinds_at_log_start += 1;
+            if self.rewinds_at_log_start > MAX_REWINDS_AT_LOG_START {
+                return Gap::Stuck;
+            }
+        }
+        self.rewind = self.rewind.saturating_mul(4);
+        Gap::Rewind(to)
+    }
 }
 
 /// With no message for this long, the source counts as read to its end
@@ -69,6 +116,11 @@ const CAUGHT_UP_AFTER: Duration = Duration::from_millis(100);
 
 /// First rewind step when the broker skipped offsets.
 const FIRST_REWIND: i64 = 1024;
+
+/// Seeks to the log start that may fail to deliver the expected offset
+/// before ingest stops (a message fetched before a seek can still arrive
+/// after it, so one such miss proves nothing).
+const MAX_REWINDS_AT_LOG_START: u32 = 3;
 
 /// Waits for the writer task of the batch in flight (forever if none) and
 /// returns its outcome; the batch stays in `in_flight` for the commit.
@@ -272,34 +324,16 @@ impl Pipeline {
             let state = self.start_partition(&topic, partition).await?;
             self.partitions.insert(key.clone(), state);
         }
-        let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
-        if offset < state.expected {
+        let Some(expected) = self.partitions.get(&key).map(|state| state.expected) else { return Ok(()) };
+        if offset < expected {
             // Before the commit point: delivered again after a rewind.
             return Ok(());
         }
-        if offset > state.expected {
-            // The broker skipped offsets (seen with tansu 0.6.0: a fetch from
-            // the middle of a record batch starts at the next batch). Seek
-            // back to a batch start at or before the expected offset.
-            let (expected, low) = (state.expected, state.low_watermark);
-            if expected > low && state.rewind <= expected - low + FIRST_REWIND {
-                let to = (expected - state.rewind).max(low);
-                state.rewind = state.rewind.saturating_mul(4);
-                tracing::warn!(%topic, partition, expected, got = offset, seek_to = to, "broker skipped offsets; rewinding");
-                metrics::offset_gap(&self.metrics, "rewound");
-                let consumer = self.consumer.clone();
-                let t = topic.to_string();
-                let sought = tokio::task::spawn_blocking(move || consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10)))
-                    .await
-                    .map_err(|e| IngestError::Config(format!("seek task: {e}")))?;
-                sought.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
-                return Ok(());
-            }
-            tracing::error!(%topic, partition, expected, got = offset, "offsets are gone from the broker (retention or compaction); continuing");
-            metrics::offset_gap(&self.metrics, "lost");
+        if offset > expected && !self.skipped_offsets(&key, offset).await? {
+            return Ok(());
         }
-        state.expected = offset + 1;
-        state.rewind = FIRST_REWIND;
+        let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
+        state.advanced_to(offset);
         self.summary.messages += 1;
         consumed.inc();
         if state.replay.remove(&offset) {
@@ -372,7 +406,49 @@ impl Pipeline {
         if !replay.is_empty() {
             tracing::info!(%topic, partition, from = expected, already_stored = replay.len(), "replaying: skipping stored offsets");
         }
-        Ok(PartitionState { replay, expected, low_watermark: low, rewind: FIRST_REWIND })
+        Ok(PartitionState::new(replay, expected))
+    }
+
+    /// The broker delivered `got` past the expected offset of `key`. Returns
+    /// whether to handle `got` now (the offsets before it are gone for good)
+    /// or to drop it (a seek back delivers the missing offsets, then it).
+    async fn skipped_offsets(&mut self, key: &PartitionKey, got: i64) -> Result<bool, IngestError> {
+        let (topic, partition) = (key.0.clone(), key.1);
+        // The log start now, not at assignment: retention moves it.
+        let consumer = self.consumer.clone();
+        let t = topic.to_string();
+        let watermarks = tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&t, partition, Duration::from_secs(10)))
+            .await
+            .map_err(|e| IngestError::Config(format!("watermark task: {e}")))?;
+        let log_start = watermarks.map(|(low, _)| low).unwrap_or_else(|error| {
+            // Unknown: assume everything is still held, so nothing is given up.
+            tracing::warn!(%topic, partition, %error, "cannot read the log start; assuming 0");
+            0
+        });
+        let Some(state) = self.partitions.get_mut(key) else { return Ok(false) };
+        let expected = state.expected;
+        match state.on_gap(log_start) {
+            Gap::Rewind(to) => {
+                tracing::warn!(%topic, partition, expected, got, seek_to = to, "broker skipped offsets; rewinding");
+                metrics::offset_gap(&self.metrics, "rewound");
+                let consumer = self.consumer.clone();
+                let t = topic.to_string();
+                let sought = tokio::task::spawn_blocking(move || consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10)))
+                    .await
+                    .map_err(|e| IngestError::Config(format!("seek task: {e}")))?;
+                sought.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
+                Ok(false)
+            }
+            Gap::Gone => {
+                tracing::error!(%topic, partition, expected, got, log_start, "offsets are gone from the broker (retention); continuing");
+                metrics::offset_gap(&self.metrics, "lost");
+                Ok(true)
+            }
+            Gap::Stuck => {
+                metrics::offset_gap(&self.metrics, "stuck");
+                Err(IngestError::OffsetNotServed { topic: topic.to_string(), partition, expected, got, log_start })
+            }
+        }
     }
 
     /// Hands the batch to the writer task, once the batch before it is
@@ -462,5 +538,56 @@ impl Pipeline {
             }
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loss seen in a CI run of the kill -9 test: resuming at offset
+    /// 1372 inside a producer batch of more than 1024 records. The first
+    /// rewind (348) lands in the same batch, so the broker skips again; the
+    /// old rule then gave up on 1372.. although the broker held it.
+    #[test]
+    fn a_second_gap_rewinds_to_the_log_start_instead_of_giving_up() {
+        let mut state = PartitionState::new(HashSet::new(), 1372);
+        assert_eq!(state.on_gap(0), Gap::Rewind(348));
+        assert_eq!(state.on_gap(0), Gap::Rewind(0));
+    }
+
+    #[test]
+    fn rewinds_go_four_times_further_back_each_time() {
+        let mut state = PartitionState::new(HashSet::new(), 100_000);
+        let seeks: Vec<Gap> = (0..5).map(|_| state.on_gap(10)).collect();
+        assert_eq!(
+            seeks,
+            [Gap::Rewind(98_976), Gap::Rewind(95_904), Gap::Rewind(83_616), Gap::Rewind(34_464), Gap::Rewind(10)]
+        );
+    }
+
+    #[test]
+    fn only_offsets_below_the_log_start_are_given_up() {
+        let mut state = PartitionState::new(HashSet::new(), 500);
+        assert_eq!(state.on_gap(501), Gap::Gone);
+        let mut state = PartitionState::new(HashSet::new(), 501);
+        assert_eq!(state.on_gap(501), Gap::Rewind(501));
+    }
+
+    #[test]
+    fn a_broker_that_never_serves_the_offset_stops_ingest_and_progress_resets_the_count() {
+        let mut state = PartitionState::new(HashSet::new(), 10);
+        for _ in 0..MAX_REWINDS_AT_LOG_START {
+            assert_eq!(state.on_gap(0), Gap::Rewind(0));
+        }
+        assert_eq!(state.on_gap(0), Gap::Stuck);
+
+        let mut state = PartitionState::new(HashSet::new(), 10);
+        for _ in 0..MAX_REWINDS_AT_LOG_START {
+            assert_eq!(state.on_gap(0), Gap::Rewind(0));
+        }
+        state.advanced_to(10);
+        assert_eq!((state.expected, state.rewind), (11, FIRST_REWIND));
+        assert_eq!(state.on_gap(0), Gap::Rewind(0), "a new gap after progress starts over");
     }
 }

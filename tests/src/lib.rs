@@ -149,8 +149,10 @@ impl Scenario {
     }
 
     /// Static partition assignment instead of the consumer group: for the
-    /// crash tests, because tansu 0.6.0 never expires a killed group member
-    /// (its partitions would stay with the dead process).
+    /// crash tests, which restart the killed process at once: on tansu 0.6.0
+    /// the restarted member shares the group with its dead predecessor until
+    /// the session timeout, and the partitions assigned to the dead one are
+    /// then never reassigned (see `two_replicas_share_the_partitions_and_survive_one_being_killed`).
     pub fn static_assignment(name: &str, partitions: u32, extra_ingest: &str) -> Scenario {
         Scenario::with_kafka(name, partitions, "assignment = \"static\"\n", extra_ingest)
     }
