@@ -126,11 +126,13 @@ fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
 }
 
 /// One of two replicas is killed (`kill -9`) mid-run and its supervisor
-/// starts a replacement: the replacement joins the group, the partitions are
-/// shared again, and the killed replica's uncommitted work is read again
+/// starts a replacement: the group reassigns the partitions, and whoever
+/// gets the killed replica's partitions reads its uncommitted work again
 /// from its last commit, skipping what it had already stored. Totals exact.
-/// (Not the survivor-alone takeover of the test above: tansu 0.6.0 never
-/// reassigns a dead member's partitions to a survivor, see there.)
+/// (With tansu 0.6.0 the survivor alone usually keeps only its own
+/// partitions, see above; the replacement's join makes a new generation.
+/// In one CI run the survivor had taken everything before the replacement
+/// joined, so who ends up with which partitions is not asserted.)
 #[test]
 fn a_killed_replica_replaced_by_a_new_one_loses_and_doubles_nothing() {
     let s = Scenario::new("replaced", 8, "batch_max_rows = 5000\n");
@@ -171,7 +173,6 @@ fn a_killed_replica_replaced_by_a_new_one_loses_and_doubles_nothing() {
     let (a_log, b_log, c_log) = (s.log("a.log"), s.log("b.log"), s.log("c.log"));
     assert!(status_b.success() && status_c.success(), "B and C stop cleanly:\nB: {b_log}\nC: {c_log}");
     assert!(rows_at_kill < valid, "A was killed mid-run ({rows_at_kill} of {valid} rows stored)");
-    assert!(c_log.contains("\"assign\""), "the replacement got partitions: {c_log}");
     assert_eq!(s.hot_count(), (valid, valid), "A: {a_log}\nB: {b_log}\nC: {c_log}");
     // Rejects A sent to the DLQ but never committed are sent again by their
     // new owner (the DLQ is at least once, README); each source offset is there.
