@@ -131,6 +131,13 @@ async fn written(in_flight: &mut Option<InFlight>) -> Result<Result<(), IngestEr
     }
 }
 
+/// Runs a blocking call of the consumer (broker round trips) off the async
+/// workers; `what` names the call if its task panics.
+async fn on_consumer<T: Send + 'static>(consumer: &Arc<Consumer>, what: &'static str, call: impl FnOnce(&Consumer) -> T + Send + 'static) -> Result<T, IngestError> {
+    let consumer = consumer.clone();
+    tokio::task::spawn_blocking(move || call(&consumer)).await.map_err(|e| IngestError::Config(format!("{what} task: {e}")))
+}
+
 /// The batch the writer task is making durable.
 struct InFlight {
     batch: Arc<Batch>,
@@ -324,15 +331,20 @@ impl Pipeline {
             let state = self.start_partition(&topic, partition).await?;
             self.partitions.insert(key.clone(), state);
         }
-        let Some(expected) = self.partitions.get(&key).map(|state| state.expected) else { return Ok(()) };
-        if offset < expected {
+        let state = match self.partitions.get_mut(&key) {
+            Some(state) if offset == state.expected => state,
             // Before the commit point: delivered again after a rewind.
-            return Ok(());
-        }
-        if offset > expected && !self.skipped_offsets(&key, offset).await? {
-            return Ok(());
-        }
-        let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
+            Some(state) if offset < state.expected => return Ok(()),
+            // Past it: the broker skipped offsets (rare; looked up again after).
+            Some(_) => {
+                if !self.skipped_offsets(&key, offset).await? {
+                    return Ok(());
+                }
+                let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
+                state
+            }
+            None => return Ok(()),
+        };
         state.advanced_to(offset);
         self.summary.messages += 1;
         consumed.inc();
@@ -381,9 +393,8 @@ impl Pipeline {
     /// (where reading must resume), the broker's low watermark, and which
     /// offsets past the commit a previous owner already stored.
     async fn start_partition(&mut self, topic: &Arc<str>, partition: i32) -> Result<PartitionState, IngestError> {
-        let consumer = self.consumer.clone();
         let t = topic.to_string();
-        let positions = tokio::task::spawn_blocking(move || {
+        let positions = on_consumer(&self.consumer, "offset lookup", move |consumer| {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&t, partition);
             let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
@@ -391,8 +402,7 @@ impl Pipeline {
             let (low, _high) = consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))?;
             Ok::<_, rdkafka::error::KafkaError>((committed, low))
         })
-        .await
-        .map_err(|e| IngestError::Config(format!("offset lookup task: {e}")))?
+        .await?
         .map_err(|source| IngestError::Kafka { operation: "committed offset lookup", source })?;
         let (committed, low) = positions;
         let expected = committed.unwrap_or(low).max(low);
@@ -415,11 +425,8 @@ impl Pipeline {
     async fn skipped_offsets(&mut self, key: &PartitionKey, got: i64) -> Result<bool, IngestError> {
         let (topic, partition) = (key.0.clone(), key.1);
         // The log start now, not at assignment: retention moves it.
-        let consumer = self.consumer.clone();
         let t = topic.to_string();
-        let watermarks = tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&t, partition, Duration::from_secs(10)))
-            .await
-            .map_err(|e| IngestError::Config(format!("watermark task: {e}")))?;
+        let watermarks = on_consumer(&self.consumer, "watermark", move |consumer| consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))).await?;
         let log_start = watermarks.map(|(low, _)| low).unwrap_or_else(|error| {
             // Unknown: assume everything is still held, so nothing is given up.
             tracing::warn!(%topic, partition, %error, "cannot read the log start; assuming 0");
@@ -431,11 +438,8 @@ impl Pipeline {
             Gap::Rewind(to) => {
                 tracing::warn!(%topic, partition, expected, got, seek_to = to, "broker skipped offsets; rewinding");
                 metrics::offset_gap(&self.metrics, "rewound");
-                let consumer = self.consumer.clone();
                 let t = topic.to_string();
-                let sought = tokio::task::spawn_blocking(move || consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10)))
-                    .await
-                    .map_err(|e| IngestError::Config(format!("seek task: {e}")))?;
+                let sought = on_consumer(&self.consumer, "seek", move |consumer| consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10))).await?;
                 sought.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
                 Ok(false)
             }
@@ -521,9 +525,8 @@ impl Pipeline {
     }
 
     async fn report_lag(&self) {
-        let consumer = self.consumer.clone();
         let metrics = self.metrics.clone();
-        let _ = tokio::task::spawn_blocking(move || {
+        let _ = on_consumer(&self.consumer, "lag report", move |consumer| {
             let Ok(assignment) = consumer.assignment() else { return };
             let Ok(positions) = consumer.position() else { return };
             for e in assignment.elements() {
