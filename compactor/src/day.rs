@@ -210,8 +210,10 @@ impl DayWork {
         let mut objects = Vec::new();
         for part in 0..count {
             let key = self.cold.object_key(day, part);
-            let (bytes, sha256) = crate::verify::object_digest(&self.cold, &key).await?;
-            let rows = crate::verify::footer_rows(&self.cold, &key, bytes).await?;
+            // One read: the digest of all of it, the footer from its tail.
+            let read_back = crate::verify::ReadBackObject::fetch(&self.cold, &key, &[]).await?;
+            let (bytes, sha256) = (read_back.size, read_back.sha256.clone());
+            let rows = read_back.footer_rows().await?;
             objects.push(WrittenObject { key, rows, bytes, sha256, fingerprint_ranges: Vec::new() });
         }
         Ok(objects)

@@ -142,16 +142,16 @@ pub struct ReadBackObject {
 }
 
 impl ReadBackObject {
-    /// Streams `key` once (expected to be `size` bytes), hashing all of it
-    /// and keeping the bytes of `hint` and of the tail. Memory is the kept
-    /// ranges plus one chunk, whatever the object's size.
-    pub async fn fetch(cold: &ColdStore, key: &str, size: u64, hint: &[Range<u64>]) -> Result<ReadBackObject, CompactorError> {
-        ReadBackObject::fetch_keeping(cold, key, size, hint, TAIL_BYTES).await
+    /// Streams `key` once, hashing all of it and keeping the bytes of
+    /// `hint` and of the tail (relative to the size the store reports).
+    /// Memory is the kept ranges plus one chunk, whatever the object's size.
+    pub async fn fetch(cold: &ColdStore, key: &str, hint: &[Range<u64>]) -> Result<ReadBackObject, CompactorError> {
+        ReadBackObject::fetch_keeping(cold, key, hint, TAIL_BYTES).await
     }
 
-    async fn fetch_keeping(cold: &ColdStore, key: &str, size: u64, hint: &[Range<u64>], tail: u64) -> Result<ReadBackObject, CompactorError> {
+    async fn fetch_keeping(cold: &ColdStore, key: &str, hint: &[Range<u64>], tail: u64) -> Result<ReadBackObject, CompactorError> {
         let get = cold.store().get(&Path::from(key)).await.map_err(StoreError::object("read back", key))?;
-        let wanted = kept_ranges(hint, size, tail);
+        let wanted = kept_ranges(hint, get.meta.size, tail);
         let mut kept: Vec<(u64, BytesMut)> = wanted.iter().map(|r| (r.start, BytesMut::with_capacity((r.end - r.start) as usize))).collect();
         let mut stream = get.into_stream();
         let mut hasher = Sha256::new();
@@ -217,13 +217,14 @@ impl AsyncFileReader for ReadBackObject {
     }
 }
 
-/// The row count in the footer of one object of `size` bytes.
-pub async fn footer_rows(cold: &ColdStore, key: &str, size: u64) -> Result<u64, CompactorError> {
-    let reader = ObjectReader { store: cold.store().clone(), path: Path::from(key), size };
-    let builder = ParquetRecordBatchStreamBuilder::new(reader)
-        .await
-        .map_err(|source| CompactorError::Parquet { operation: "read footer", key: key.to_owned(), source })?;
-    Ok(builder.metadata().file_metadata().num_rows() as u64)
+impl ReadBackObject {
+    /// The row count in the object's footer, decoded from the kept tail.
+    pub async fn footer_rows(self) -> Result<u64, CompactorError> {
+        let key = self.fallback.path.to_string();
+        let builder =
+            ParquetRecordBatchStreamBuilder::new(self).await.map_err(|source| CompactorError::Parquet { operation: "read footer", key, source })?;
+        Ok(builder.metadata().file_metadata().num_rows() as u64)
+    }
 }
 
 fn mismatch(day: Day, key: &str, message: String) -> CompactorError {
@@ -241,7 +242,7 @@ pub async fn verify_day(
     let mut total = ReadBack::default();
     let mut entries = Vec::with_capacity(objects.len());
     for object in objects {
-        let read_back = ReadBackObject::fetch(cold, &object.key, object.bytes, &object.fingerprint_ranges).await?;
+        let read_back = ReadBackObject::fetch(cold, &object.key, &object.fingerprint_ranges).await?;
         let (size, sha256) = (read_back.size, read_back.sha256.clone());
         if size != object.bytes || sha256 != object.sha256 {
             return Err(mismatch(day, &object.key, format!("read back {size} bytes sha256 {sha256}, wrote {} bytes sha256 {}", object.bytes, object.sha256)));
@@ -273,20 +274,6 @@ pub async fn verify_day(
         return Err(mismatch(day, key, format!("archive has {}, ClickHouse has {}", found.encode(), expected.encode())));
     }
     Ok(entries)
-}
-
-/// Size and SHA-256 of an object as the store returns it, streamed so
-/// memory does not grow with the object.
-pub async fn object_digest(cold: &ColdStore, key: &str) -> Result<(u64, String), CompactorError> {
-    let get = cold.store().get(&Path::from(key)).await.map_err(StoreError::object("read back", key))?;
-    let mut stream = get.into_stream();
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    while let Some(chunk) = stream.try_next().await.map_err(StoreError::object("read back", key))? {
-        hasher.update(&chunk);
-        size += chunk.len() as u64;
-    }
-    Ok((size, hex::encode(hasher.finalize())))
 }
 
 /// The footer (row count, schema version) and the fingerprint columns of
@@ -427,7 +414,7 @@ mod tests {
         assert!(object.bytes > 8 * tail, "the object ({} bytes) must be larger than what is kept", object.bytes);
         assert_eq!(object.fingerprint_ranges.len(), 16, "4 columns x 4 row groups");
 
-        let read_back = ReadBackObject::fetch_keeping(&cold, &object.key, object.bytes, &object.fingerprint_ranges, tail).await.expect("fetch");
+        let read_back = ReadBackObject::fetch_keeping(&cold, &object.key, &object.fingerprint_ranges, tail).await.expect("fetch");
         assert_eq!((read_back.size, read_back.sha256.as_str()), (object.bytes, object.sha256.as_str()));
         // With the object gone, decoding can only use what the one read kept.
         cold.delete(&object.key).await.expect("delete");
@@ -437,7 +424,7 @@ mod tests {
 
         // Without the hint the columns are not kept, and the (now missing) object is asked for again.
         let (object, _) = write_object(&cold, "dt=2025-11-24/part-0001.parquet", 40_000).await;
-        let read_back = ReadBackObject::fetch_keeping(&cold, &object.key, object.bytes, &[], tail).await.expect("fetch");
+        let read_back = ReadBackObject::fetch_keeping(&cold, &object.key, &[], tail).await.expect("fetch");
         cold.delete(&object.key).await.expect("delete");
         assert!(read_columns(read_back, 20_416, &object).await.is_err(), "columns outside the kept ranges need the store");
     }

@@ -7,7 +7,7 @@
 //! Every test names its own topics, consumer group and tables, so tests can
 //! run in parallel against one stack.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -105,6 +105,12 @@ pub fn read_topic(topic: &str) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("kafkatool prints JSON lines"))
         .collect()
+}
+
+/// The source `partition/offset` of each DLQ message read by [`read_topic`]
+/// (a reject sent twice, after a crash, counts once).
+pub fn dlq_sources(messages: &[serde_json::Value]) -> HashSet<String> {
+    messages.iter().map(|m| format!("{}/{}", m["headers"]["inferlog.source.partition"], m["headers"]["inferlog.source.offset"])).collect()
 }
 
 /// Runs a query on ClickHouse over HTTP: the trimmed TSV answer, or the error text.

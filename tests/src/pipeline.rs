@@ -143,10 +143,7 @@ impl Pipeline {
         // DLQ: every rejected event at least once, by source offset, with the
         // reason the generator broke it for (matched by the SHA-256 of the bytes).
         let dlq_messages = read_topic(&self.dlq);
-        let sources: HashSet<String> = dlq_messages
-            .iter()
-            .map(|m| format!("{}/{}", m["headers"]["inferlog.source.partition"], m["headers"]["inferlog.source.offset"]))
-            .collect();
+        let sources = crate::dlq_sources(&dlq_messages);
         assert_eq!(sources.len(), rejected, "rejects in the DLQ");
         let reasons = expected_reasons(events);
         let mut seen_reasons = HashSet::new();

@@ -176,10 +176,7 @@ fn a_killed_replica_replaced_by_a_new_one_loses_and_doubles_nothing() {
     assert_eq!(s.hot_count(), (valid, valid), "A: {a_log}\nB: {b_log}\nC: {c_log}");
     // Rejects A sent to the DLQ but never committed are sent again by their
     // new owner (the DLQ is at least once, README); each source offset is there.
-    let sources: HashSet<String> = read_topic(&s.dlq)
-        .iter()
-        .map(|m| format!("{}/{}", m["headers"]["inferlog.source.partition"], m["headers"]["inferlog.source.offset"]))
-        .collect();
+    let sources = inferlog_tests::dlq_sources(&read_topic(&s.dlq));
     assert_eq!(sources.len() as u64, events.len() as u64 - valid, "every reject in the DLQ");
     #[allow(clippy::print_stderr)] // what the run went through, in the test's output
     {

@@ -4,7 +4,6 @@
 //! resume point that made one CI run of that test lose 5 rows: a committed
 //! offset inside a large record batch.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use inferlog_tests::{clickhouse, kafkatool, read_topic, valid_count, Scenario};
@@ -48,10 +47,7 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     ));
     assert_eq!(logged, events.len() as u64 - valid, "rejects logged by ingest");
     let dlq = read_topic(&s.dlq);
-    let sources: HashSet<String> = dlq
-        .iter()
-        .map(|m| format!("{}/{}", m["headers"]["inferlog.source.partition"], m["headers"]["inferlog.source.offset"]))
-        .collect();
+    let sources = inferlog_tests::dlq_sources(&dlq);
     assert_eq!(sources.len() as u64, events.len() as u64 - valid, "rejects in the DLQ topic ({} messages read)", dlq.len());
 }
 
