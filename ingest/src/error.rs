@@ -20,10 +20,11 @@ pub enum IngestError {
     #[error("dlq produce of {topic}/{partition}@{offset} to {dlq_topic}: {source}")]
     DlqProduce { dlq_topic: String, topic: String, partition: i32, offset: i64, source: rdkafka::error::KafkaError },
     #[error(
-        "kafka {topic}/{partition}: the broker delivers offset {got} but not {expected}, though its log starts at {log_start}; \
-         stopping instead of skipping (nothing past {expected} is committed)"
+        "kafka {topic}/{partition}: the broker does not deliver offset {expected}{}, though its log starts at {log_start}; \
+         stopping instead of skipping (nothing past {expected} is committed)",
+        .delivered.map(|d| format!(" (it delivers {d} instead)")).unwrap_or_default()
     )]
-    OffsetNotServed { topic: String, partition: i32, expected: i64, got: i64, log_start: i64 },
+    OffsetNotServed { topic: String, partition: i32, expected: i64, delivered: Option<i64>, log_start: i64 },
     #[error("shutdown: the final flush did not finish within {0:?}; uncommitted messages will be re-read on restart")]
     ShutdownTimeout(std::time::Duration),
 }

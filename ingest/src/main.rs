@@ -18,7 +18,8 @@ struct Cli {
     /// inferlog config file (TOML); INFERLOG_<TABLE>__<KEY> variables override it.
     #[arg(long, env = "INFERLOG_CONFIG", value_name = "FILE")]
     config: PathBuf,
-    /// Drain the topics, commit and exit after this long without new messages (e.g. "10s").
+    /// Drain the topics, commit and exit after this long without new messages
+    /// and with every assigned partition read to its high watermark (e.g. "10s").
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     exit_when_idle: Option<Duration>,
 }

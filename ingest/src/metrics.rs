@@ -74,7 +74,7 @@ impl Metrics {
             rebalances: counter_vec("inferlog_ingest_rebalances_total", "Partition assignments and revocations", &["kind"]),
             offset_gaps: counter_vec(
                 "inferlog_ingest_offset_gaps_total",
-                "Offsets the broker skipped: rewound (sought back), lost (below the log start) or stuck (not served even from the log start: ingest stops)",
+                "Offsets the broker skipped or did not deliver: rewound (skipped, sought back), stalled (nothing delivered below the high watermark, sought back), lost (below the log start) or stuck (not served even from the log start: ingest stops)",
                 &["outcome"],
             ),
             caught_up_flushes: counter(
@@ -158,7 +158,7 @@ pub fn rebalanced(m: &Metrics, kind: &'static str, partitions: &[(String, i32)])
     tracing::info!(kind, ?partitions, "rebalance");
 }
 
-/// The broker delivered an offset past the expected one.
+/// The broker delivered an offset past the expected one, or nothing although it holds more.
 pub fn offset_gap(m: &Metrics, outcome: &'static str) {
     m.offset_gaps.with_label_values(&[outcome]).inc();
 }

@@ -62,6 +62,16 @@ struct PartitionState {
     rewind: i64,
     /// Seeks to the log start in a row that still did not deliver `expected`.
     rewinds_at_log_start: u32,
+    /// The last offset delivered, new or again after a seek back (-1: none).
+    last_delivered: i64,
+    /// `last_delivered` at the previous check of the partition.
+    last_delivered_at_check: i64,
+    /// The broker re-delivered `expected - 1` after a seek (or `expected` is
+    /// the log start), so the fetch position is sound: whatever follows
+    /// will arrive. Reset by every new message.
+    end_confirmed: bool,
+    /// A probe seek for `expected - 1` was made and has not answered yet.
+    probing: bool,
 }
 
 /// What to do when a partition delivers an offset past the expected one.
@@ -79,14 +89,70 @@ enum Gap {
 
 impl PartitionState {
     fn new(replay: HashSet<i64>, expected: i64) -> PartitionState {
-        PartitionState { replay, expected, rewind: FIRST_REWIND, rewinds_at_log_start: 0 }
+        PartitionState {
+            replay,
+            expected,
+            rewind: FIRST_REWIND,
+            rewinds_at_log_start: 0,
+            last_delivered: -1,
+            last_delivered_at_check: i64::MIN,
+            end_confirmed: false,
+            probing: false,
+        }
+    }
+
+    /// Whether this partition's fetch may be stuck: nothing arrived since
+    /// the previous check (or, when `idle`, for the whole idle time), and
+    /// the broker has not yet shown that the position is sound. A re-read
+    /// after a seek back counts as arriving, so a long one is not sought
+    /// back again. tansu 0.6.0 answers a fetch that starts inside a
+    /// partition's *last* record batch with nothing at all, and its high
+    /// watermark stops at that batch's start, so neither a gap nor the
+    /// watermark reveals that.
+    fn needs_probe(&mut self, idle: bool) -> bool {
+        let unmoved = idle || self.last_delivered == self.last_delivered_at_check;
+        self.last_delivered_at_check = self.last_delivered;
+        unmoved && !self.end_confirmed
+    }
+
+    /// Where to seek so that the broker re-delivers `expected - 1`, which
+    /// proves the position sound: first `expected - 1` itself (one message
+    /// on Kafka), then, while nothing answers, the steps of a gap. `None`:
+    /// nothing to prove (`expected` is the log start, from which every
+    /// broker delivers, or below it, which the gap path handles).
+    fn probe(&mut self, log_start: i64) -> Option<Gap> {
+        if self.expected <= log_start {
+            self.end_confirmed = self.expected == log_start;
+            return None;
+        }
+        if !self.probing {
+            self.probing = true;
+            return Some(Gap::Rewind(self.expected - 1));
+        }
+        Some(self.on_gap(log_start))
+    }
+
+    /// An offset before `expected` arrived again after a seek back. If it is
+    /// `expected - 1`, the record batch holding it arrived whole, so the
+    /// next fetch starts at `expected` or at the batch that holds it.
+    fn redelivered(&mut self, offset: i64) {
+        self.last_delivered = offset;
+        if offset == self.expected - 1 {
+            self.end_confirmed = true;
+            self.probing = false;
+            self.rewind = FIRST_REWIND;
+            self.rewinds_at_log_start = 0;
+        }
     }
 
     /// The next offset arrived: a later gap starts rewinding afresh.
     fn advanced_to(&mut self, offset: i64) {
         self.expected = offset + 1;
+        self.last_delivered = offset;
         self.rewind = FIRST_REWIND;
         self.rewinds_at_log_start = 0;
+        self.end_confirmed = false;
+        self.probing = false;
     }
 
     /// Decides on a gap, given the broker's current log start. Offsets the
@@ -239,6 +305,9 @@ impl Pipeline {
         let mut last_message = Instant::now();
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
         let mut lag_ticker = tokio::time::interval_at((Instant::now() + Duration::from_secs(2)).into(), Duration::from_secs(5));
+        // After a long flush, one check rather than a burst: two checks in a
+        // row would see no progress between them and probe for nothing.
+        lag_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let consumer = self.consumer.clone();
         loop {
             let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);
@@ -285,12 +354,19 @@ impl Pipeline {
                         // Idle counts from the first assignment (joining a group takes a while).
                         let grace = if self.assigned_once { Duration::ZERO } else { Duration::from_secs(30) };
                         if self.batch.is_empty() && last_message.elapsed() >= idle && started.elapsed() >= idle + grace {
+                            // Drained only once the broker has shown each fetch position sound.
+                            if self.check_partitions(true).await? {
+                                last_message = Instant::now();
+                                continue;
+                            }
                             tracing::info!(idle = %humantime::format_duration(idle), "no new messages: drained");
                             return Ok(());
                         }
                     }
                 }
-                _ = lag_ticker.tick() => self.report_lag().await,
+                _ = lag_ticker.tick() => {
+                    self.check_partitions(false).await?;
+                }
             }
         }
     }
@@ -334,7 +410,10 @@ impl Pipeline {
         let state = match self.partitions.get_mut(&key) {
             Some(state) if offset == state.expected => state,
             // Before the commit point: delivered again after a rewind.
-            Some(state) if offset < state.expected => return Ok(()),
+            Some(state) if offset < state.expected => {
+                state.redelivered(offset);
+                return Ok(());
+            }
             // Past it: the broker skipped offsets (rare; looked up again after).
             Some(_) => {
                 if !self.skipped_offsets(&key, offset).await? {
@@ -450,7 +529,7 @@ impl Pipeline {
             }
             Gap::Stuck => {
                 metrics::offset_gap(&self.metrics, "stuck");
-                Err(IngestError::OffsetNotServed { topic: topic.to_string(), partition, expected, got, log_start })
+                Err(IngestError::OffsetNotServed { topic: topic.to_string(), partition, expected, delivered: Some(got), log_start })
             }
         }
     }
@@ -524,24 +603,86 @@ impl Pipeline {
         }
     }
 
-    async fn report_lag(&self) {
-        let metrics = self.metrics.clone();
-        let _ = on_consumer(&self.consumer, "lag report", move |consumer| {
-            let Ok(assignment) = consumer.assignment() else { return };
-            let Ok(positions) = consumer.position() else { return };
+    /// Reports each assigned partition's consumer lag and probes the ones
+    /// whose fetch may be stuck ([`PartitionState::needs_probe`]); `idle`:
+    /// no message came for the whole `--exit-when-idle` time. Returns
+    /// whether a probe is under way (then the source is not drained yet).
+    async fn check_partitions(&mut self, idle: bool) -> Result<bool, IngestError> {
+        self.apply_rebalances();
+        let assigned = on_consumer(&self.consumer, "partition check", |consumer| {
+            let (Ok(assignment), Ok(positions)) = (consumer.assignment(), consumer.position()) else { return Vec::new() };
+            let mut assigned = Vec::with_capacity(assignment.count());
             for e in assignment.elements() {
                 let (topic, partition) = (e.topic(), e.partition());
-                let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
-                let position = positions
-                    .find_partition(topic, partition)
-                    .and_then(|p| p.offset().to_raw())
-                    .filter(|o| *o >= 0)
-                    .unwrap_or(high);
-                metrics::consumer_lag(&metrics, topic, partition, high - position);
+                let Ok((low, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
+                let position = positions.find_partition(topic, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
+                assigned.push(Watermarks { topic: topic.to_owned(), partition, low, high, position });
             }
+            assigned
         })
-        .await;
+        .await?;
+        let mut probing = false;
+        for w in assigned {
+            metrics::consumer_lag(&self.metrics, &w.topic, w.partition, w.high - w.position.unwrap_or(w.high));
+            let key: PartitionKey = (self.topic(&w.topic).0, w.partition);
+            if !self.partitions.contains_key(&key) {
+                // Nothing delivered since the assignment: the commit may lie in the last record batch.
+                let state = self.start_partition(&key.0, w.partition).await?;
+                self.partitions.insert(key.clone(), state);
+            }
+            let Some(state) = self.partitions.get_mut(&key) else { continue };
+            if state.needs_probe(idle) {
+                probing |= self.probe(&key, &w).await?;
+            }
+        }
+        Ok(probing)
     }
+
+    /// Seeks a partition back so that the broker re-delivers the offset
+    /// before `expected` ([`PartitionState::probe`]). Returns whether a
+    /// seek was made.
+    async fn probe(&mut self, key: &PartitionKey, w: &Watermarks) -> Result<bool, IngestError> {
+        let Some(state) = self.partitions.get_mut(key) else { return Ok(false) };
+        let (topic, partition, expected) = (w.topic.as_str(), w.partition, state.expected);
+        let to = match state.probe(w.low) {
+            None => return Ok(false),
+            Some(Gap::Rewind(to)) if to == expected - 1 => {
+                tracing::debug!(topic, partition, expected, "probing the fetch position");
+                to
+            }
+            Some(Gap::Rewind(to)) => {
+                // Routine on tansu 0.6.0 after a restart or at a quiet partition's end.
+                tracing::info!(topic, partition, expected, seek_to = to, "fetch delivers nothing; rewinding");
+                metrics::offset_gap(&self.metrics, "stalled");
+                to
+            }
+            Some(Gap::Gone) => return Ok(false),
+            Some(Gap::Stuck) => {
+                metrics::offset_gap(&self.metrics, "stuck");
+                return Err(IngestError::OffsetNotServed { topic: topic.to_owned(), partition, expected: expected - 1, delivered: None, log_start: w.low });
+            }
+        };
+        let t = topic.to_owned();
+        let sought = on_consumer(&self.consumer, "seek", move |consumer| consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10))).await?;
+        if let Err(error) = sought {
+            // Revoked meanwhile, say: the next owner starts from the commit.
+            tracing::warn!(topic, partition, %error, "cannot seek to probe the fetch position");
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// One assigned partition as the broker and the consumer see it.
+struct Watermarks {
+    topic: String,
+    partition: i32,
+    /// The log start.
+    low: i64,
+    /// The high watermark: for the lag metric only (tansu's lags a batch).
+    high: i64,
+    /// The consumer's position (next offset it hands out), once known.
+    position: Option<i64>,
 }
 
 #[cfg(test)]
@@ -592,5 +733,58 @@ mod tests {
         state.advanced_to(10);
         assert_eq!((state.expected, state.rewind), (11, FIRST_REWIND));
         assert_eq!(state.on_gap(0), Gap::Rewind(0), "a new gap after progress starts over");
+    }
+
+    #[test]
+    fn a_partition_is_probed_once_it_stops_moving_until_the_broker_confirms_its_position() {
+        let mut state = PartitionState::new(HashSet::new(), 100);
+        assert!(!state.needs_probe(false), "the first check has nothing to compare with");
+        assert!(state.needs_probe(false), "no progress in a whole check interval");
+        assert!(state.needs_probe(true), "idle: at once");
+        state.advanced_to(150);
+        assert!(!state.needs_probe(false), "it moved");
+        state.redelivered(149);
+        assert!(!state.needs_probe(false), "a re-read is under way");
+        assert!(state.needs_probe(false), "149 is not the offset before expected (151)");
+        state.redelivered(150);
+        assert!(!state.needs_probe(false) && !state.needs_probe(true), "position confirmed: no probe until new messages");
+        state.advanced_to(151);
+        assert!(state.needs_probe(true), "a new message needs a new confirmation");
+    }
+
+    /// The stall the kill -9 test hit: resuming inside the last record batch
+    /// [3500, 5100). tansu delivers nothing from 4999 or 3976, everything
+    /// from 904 (the next batch start on): 4999 comes again, which confirms.
+    #[test]
+    fn a_probe_seeks_to_the_offset_before_expected_then_further_back_like_a_gap() {
+        let mut state = PartitionState::new(HashSet::new(), 5000);
+        assert_eq!(state.probe(0), Some(Gap::Rewind(4999)));
+        assert_eq!(state.probe(0), Some(Gap::Rewind(3976)));
+        assert_eq!(state.probe(0), Some(Gap::Rewind(904)));
+        state.redelivered(903);
+        assert!(!state.end_confirmed, "not yet at expected - 1");
+        state.redelivered(4999);
+        assert!(state.end_confirmed);
+        assert_eq!((state.rewind, state.probing), (FIRST_REWIND, false), "the next probe starts afresh");
+    }
+
+    #[test]
+    fn at_the_log_start_there_is_nothing_to_probe() {
+        let mut state = PartitionState::new(HashSet::new(), 10);
+        assert_eq!(state.probe(10), None);
+        assert!(state.end_confirmed, "a fetch from the log start always delivers");
+        let mut state = PartitionState::new(HashSet::new(), 10);
+        assert_eq!(state.probe(20), None, "below the log start: the gap path gives it up when 20 arrives");
+        assert!(!state.end_confirmed);
+    }
+
+    #[test]
+    fn a_broker_that_never_redelivers_stops_ingest() {
+        let mut state = PartitionState::new(HashSet::new(), 300);
+        assert_eq!(state.probe(0), Some(Gap::Rewind(299)));
+        for _ in 0..MAX_REWINDS_AT_LOG_START {
+            assert_eq!(state.probe(0), Some(Gap::Rewind(0)));
+        }
+        assert_eq!(state.probe(0), Some(Gap::Stuck));
     }
 }

@@ -200,9 +200,8 @@ fn partitions_handed_over_while_batches_are_written_lose_and_double_nothing() {
     let s = Scenario::new("handover", 8, "batch_max_rows = 5000\n");
     let first = generate(120_000, 0.01, 313, 3);
     let second = generate(60_000, 0.01, 314, 3);
-    let third = generate(5_000, 0.01, 315, 3);
-    let valid = (valid_count(&first) + valid_count(&second) + valid_count(&third)) as u64;
-    let rejects = (first.len() + second.len() + third.len()) as u64 - valid;
+    let valid = (valid_count(&first) + valid_count(&second)) as u64;
+    let rejects = (first.len() + second.len()) as u64 - valid;
 
     inferlog_tests::produce(&s.topic, &write_jsonl(s.dir.path(), &first));
     let second_file = write_jsonl(s.dir.path(), &second);
@@ -224,15 +223,13 @@ fn partitions_handed_over_while_batches_are_written_lose_and_double_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     let status_a = sigterm(&mut a, Duration::from_secs(60));
     assert!(status_a.success(), "A stops cleanly: {}", s.log("a.log"));
-    // tansu 0.6.0 serves a fetch that starts inside a partition's last record
-    // batch only once a later batch exists (a fetch from mid-batch starts at
-    // the next one), so B, resuming from A's commits, would wait at such a
-    // tail; more events after the hand-over give it batches to rewind from.
+    // B resumes from A's commits; on tansu 0.6.0 a commit inside a
+    // partition's last record batch delivers nothing until B probes it (a
+    // fresh-clone CI run before that probe existed stalled B at such tails).
     while !assigned("b.log", 2) {
         assert!(start.elapsed() < Duration::from_secs(240), "B takes A's partitions: {}", s.log("b.log"));
         std::thread::sleep(Duration::from_millis(100));
     }
-    inferlog_tests::produce(&s.topic, &write_jsonl(s.dir.path(), &third));
     let left = Instant::now();
     while s.hot_count().0 < valid && left.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(200));
