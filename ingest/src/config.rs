@@ -54,7 +54,7 @@ pub struct KafkaConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub fetch_max_wait: Duration,
-    /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 32768.
+    /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 16384.
     pub prefetch_max_kbytes: u32,
     /// Extra librdkafka properties for consumer and producer (e.g. security settings). Default: none.
     pub options: BTreeMap<String, String>,
@@ -71,7 +71,7 @@ impl Default for KafkaConfig {
             dlq_topic: "inference-events-dlq".into(),
             session_timeout: Duration::from_secs(10),
             fetch_max_wait: Duration::from_millis(20),
-            prefetch_max_kbytes: 32 * 1024,
+            prefetch_max_kbytes: 16 * 1024,
             options: BTreeMap::new(),
         }
     }
