@@ -404,8 +404,7 @@ impl Pipeline {
         let key: PartitionKey = (topic.clone(), partition);
 
         if !self.partitions.contains_key(&key) {
-            let state = self.start_partition(&topic, partition).await?;
-            self.partitions.insert(key.clone(), state);
+            self.start_partition(&key).await?;
         }
         let state = match self.partitions.get_mut(&key) {
             Some(state) if offset == state.expected => state,
@@ -468,10 +467,11 @@ impl Pipeline {
         Ok(())
     }
 
-    /// State for a partition this member just got: the committed offset
-    /// (where reading must resume), the broker's low watermark, and which
-    /// offsets past the commit a previous owner already stored.
-    async fn start_partition(&mut self, topic: &Arc<str>, partition: i32) -> Result<PartitionState, IngestError> {
+    /// Starts the state of a partition this member just got: the committed
+    /// offset (where reading must resume), the broker's low watermark, and
+    /// which offsets past the commit a previous owner already stored.
+    async fn start_partition(&mut self, key: &PartitionKey) -> Result<(), IngestError> {
+        let (topic, partition) = (&key.0, key.1);
         let t = topic.to_string();
         let positions = on_consumer(&self.consumer, "offset lookup", move |consumer| {
             let mut tpl = TopicPartitionList::new();
@@ -495,7 +495,15 @@ impl Pipeline {
         if !replay.is_empty() {
             tracing::info!(%topic, partition, from = expected, already_stored = replay.len(), "replaying: skipping stored offsets");
         }
-        Ok(PartitionState::new(replay, expected))
+        self.partitions.insert(key.clone(), PartitionState::new(replay, expected));
+        Ok(())
+    }
+
+    /// Moves the fetch position of one partition (a broker round trip, off
+    /// the async workers). The outer error: the call's task failed.
+    async fn seek(&self, topic: &str, partition: i32, to: i64) -> Result<rdkafka::error::KafkaResult<()>, IngestError> {
+        let topic = topic.to_owned();
+        on_consumer(&self.consumer, "seek", move |consumer| consumer.seek(&topic, partition, Offset::Offset(to), Duration::from_secs(10))).await
     }
 
     /// The broker delivered `got` past the expected offset of `key`. Returns
@@ -517,9 +525,7 @@ impl Pipeline {
             Gap::Rewind(to) => {
                 tracing::warn!(%topic, partition, expected, got, seek_to = to, "broker skipped offsets; rewinding");
                 metrics::offset_gap(&self.metrics, "rewound");
-                let t = topic.to_string();
-                let sought = on_consumer(&self.consumer, "seek", move |consumer| consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10))).await?;
-                sought.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
+                self.seek(&topic, partition, to).await?.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
                 Ok(false)
             }
             Gap::Gone => {
@@ -627,8 +633,7 @@ impl Pipeline {
             let key: PartitionKey = (self.topic(&w.topic).0, w.partition);
             if !self.partitions.contains_key(&key) {
                 // Nothing delivered since the assignment: the commit may lie in the last record batch.
-                let state = self.start_partition(&key.0, w.partition).await?;
-                self.partitions.insert(key.clone(), state);
+                self.start_partition(&key).await?;
             }
             let Some(state) = self.partitions.get_mut(&key) else { continue };
             if state.needs_probe(idle) {
@@ -662,9 +667,7 @@ impl Pipeline {
                 return Err(IngestError::OffsetNotServed { topic: topic.to_owned(), partition, expected: expected - 1, delivered: None, log_start: w.low });
             }
         };
-        let t = topic.to_owned();
-        let sought = on_consumer(&self.consumer, "seek", move |consumer| consumer.seek(&t, partition, Offset::Offset(to), Duration::from_secs(10))).await?;
-        if let Err(error) = sought {
+        if let Err(error) = self.seek(topic, partition, to).await? {
             // Revoked meanwhile, say: the next owner starts from the commit.
             tracing::warn!(topic, partition, %error, "cannot seek to probe the fetch position");
             return Ok(false);
