@@ -15,7 +15,7 @@ mkdir -p "$work"
 step() { printf '\n==> %s\n' "$*" >&2; }
 ch() { curl -sS --fail-with-body --data-binary "$1" "http://127.0.0.1:8123/?default_format=PrettyCompactMonoBlock"; }
 
-step "starting the local services (first time: installs ClickHouse, Python clients, builds tansu ~15 min)"
+step "starting the local services (first time: installs ClickHouse, Postgres, Kafka, Python clients, builds SeaweedFS ~5 min)"
 deploy/local/services.sh up
 
 step "building inferlog (release; the first build takes a few minutes)"

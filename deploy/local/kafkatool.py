@@ -14,6 +14,8 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py first-offsets --topic T OFFSET... prints {OFFSET: first offset a fetch from it delivers} (partition 0)
   kafkatool.py commit --topic T --group G --offset O
                                                  commits O for partition 0 of T in group G
+  kafkatool.py scram-user --user U --password-file F
+                                                 creates or updates a SCRAM-SHA-512 user
 """
 import argparse
 import hashlib
@@ -230,6 +232,25 @@ def commit(args):
         consumer.close()
 
 
+def scram_user(args):
+    """Creates or updates a SCRAM-SHA-512 user (over the PLAINTEXT listener);
+    the password is read from a file, never from the command line."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    password = open(args.password_file, "rb").read().strip()
+    admin = AdminClient({"bootstrap.servers": brokers(args)})
+    upsert = UserScramCredentialUpsertion(args.user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password)
+    for attempt in range(30):
+        try:
+            for future in admin.alter_user_scram_credentials([upsert]).values():
+                future.result()
+            print(f"SCRAM-SHA-512 user {args.user} set", file=sys.stderr)
+            return
+        except KafkaException:
+            if attempt == 29:
+                raise
+            time.sleep(1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--brokers")
@@ -259,6 +280,10 @@ def main():
     c.add_argument("--group", required=True)
     c.add_argument("--offset", type=int, required=True)
     c.set_defaults(func=commit)
+    c = sub.add_parser("scram-user")
+    c.add_argument("--user", required=True)
+    c.add_argument("--password-file", required=True)
+    c.set_defaults(func=scram_user)
     args = p.parse_args()
     args.func(args)
 

@@ -1,26 +1,42 @@
 #!/usr/bin/env bash
 # The local service stack, on loopback only: ClickHouse (Debian's
-# clickhouse-server), the Kafka-compatible broker tansu, Postgres (the
-# machine's own; started if it is not running) and an S3-compatible server
-# (moto). Installs what is missing; idempotent; data and logs live under
-# one directory ($INFERLOG_LOCAL_DIR, default .inferlog/local).
+# clickhouse-server), Apache Kafka 4 (KRaft, one combined broker+controller,
+# from Maven Central), Postgres (Debian's; started if it is not running) and
+# SeaweedFS's S3 gateway (built from the Go module proxy). Installs what is
+# missing; idempotent; data and logs live under one directory
+# ($INFERLOG_LOCAL_DIR, default .inferlog/local), the Kafka jars and the
+# SeaweedFS binary in a machine-wide cache ($INFERLOG_TOOLS_DIR, default
+# /var/cache/inferlog-tools) shared by every checkout.
 #
 #   deploy/local/services.sh up       install what is missing, start what is not running
 #   deploy/local/services.sh down     stop what this script started (not Postgres)
 #   deploy/local/services.sh status   what runs where
-#   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse | restart-postgres | stop-s3 | start-s3
+#   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse | restart-postgres
+#   deploy/local/services.sh stop-s3 | start-s3 | stop-kafka | kill-kafka | start-kafka
+#
+# Kafka listens on 127.0.0.1:9092 (PLAINTEXT) and 127.0.0.1:9094 (SASL_SSL,
+# SCRAM-SHA-512, certificate signed by a CA generated here once:
+# $dir/kafka-tls/ca.crt; user "inferlog", password in $dir/kafka.password).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${INFERLOG_LOCAL_DIR:-$repo/.inferlog/local}
-mkdir -p "$dir"
+tools=${INFERLOG_TOOLS_DIR:-/var/cache/inferlog-tools}
+mkdir -p "$dir" "$tools"
 
 KAFKA_PORT=9092
+KAFKA_CONTROLLER_PORT=9093
+KAFKA_SASL_PORT=9094
+KAFKA_VERSION=4.1.1
 CH_HTTP_PORT=8123
 CH_TCP_PORT=9000
 S3_PORT=${INFERLOG_S3_PORT:-9303}
+# SeaweedFS's own ports (master, volume, filer; gRPC at +10000 each).
+SW_MASTER_PORT=9333
+SW_VOLUME_PORT=9340
+SW_FILER_PORT=9888
+SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 PG_PORT=5432
 TOPIC_PARTITIONS=${INFERLOG_TOPIC_PARTITIONS:-8}
-TANSU_VERSION=0.6.0
 
 log() { printf '[services] %s\n' "$*" >&2; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -39,19 +55,51 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+kafka_lib=$tools/kafka-$KAFKA_VERSION/lib
+weed=$tools/seaweedfs-$SEAWEEDFS_VERSION/weed
+
 install() {
-  apt_install clickhouse-server clickhouse-client cmake libcurl4-openssl-dev libssl-dev libsasl2-dev libzstd-dev pkg-config curl
-  python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, moto, pyarrow)"; python3 -m pip install -q confluent-kafka 'moto[server]' pyarrow boto3 >/dev/null; }
-import confluent_kafka, moto, pyarrow, boto3, flask  # noqa: F401
+  apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven \
+    cmake libcurl4-openssl-dev libssl-dev libsasl2-dev libzstd-dev pkg-config curl
+  command -v go >/dev/null 2>&1 || apt_install golang-go
+  python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3)"; python3 -m pip install -q confluent-kafka pyarrow boto3 >/dev/null; }
+import confluent_kafka, pyarrow, boto3  # noqa: F401
 PY
-  if ! command -v tansu >/dev/null 2>&1; then
-    log "building tansu $TANSU_VERSION from crates.io (about 15 minutes the first time)"
-    cargo install tansu --version "$TANSU_VERSION" --locked --features dynostore >"$dir/tansu-install.log" 2>&1 \
-      || { log "cargo install tansu failed; see $dir/tansu-install.log"; exit 2; }
+  if [ ! -s "$kafka_lib/.complete" ]; then
+    log "fetching Apache Kafka $KAFKA_VERSION and its runtime dependencies from Maven Central"
+    rm -rf "$kafka_lib"; mkdir -p "$kafka_lib"
+    mvn -q -B -f "$repo/deploy/local/kafka/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$kafka_lib" >"$dir/kafka-install.log" 2>&1 \
+      || { log "fetching Kafka failed; see $dir/kafka-install.log"; exit 2; }
+    ls "$kafka_lib" > "$kafka_lib/.complete"
+  fi
+  if [ ! -x "$weed" ]; then
+    # `go install …@version` refuses a module whose go.mod has replace
+    # directives (SeaweedFS's has one), so it is built inside the downloaded module.
+    log "building SeaweedFS ($SEAWEEDFS_VERSION) from the Go module proxy (about 5 minutes the first time)"
+    local src
+    src=$(go mod download -json "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    mkdir -p "$(dirname "$weed")"
+    (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$weed.tmp" ./weed) >"$dir/seaweedfs-install.log" 2>&1 \
+      || { log "building SeaweedFS failed; see $dir/seaweedfs-install.log"; exit 2; }
+    mv "$weed.tmp" "$weed"
   fi
 }
 
+# Debian's cluster asks loopback clients for a password; the local stack
+# trusts them (connections from this machine only), as a CI database would.
+postgres_trust_loopback() {
+  local hba
+  hba=/etc/postgresql/$(ls /etc/postgresql | head -n 1)/main/pg_hba.conf
+  grep -q '^host all all 127.0.0.1/32 trust' "$hba" && return 1
+  log "Postgres: trusting loopback connections ($hba)"
+  sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+}
+
 start_postgres() {
+  if postgres_trust_loopback && pg_isready -q -h 127.0.0.1 -p $PG_PORT 2>/dev/null; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main reload
+  fi
   if pg_isready -q -h 127.0.0.1 -p $PG_PORT 2>/dev/null; then :; else
     log "starting Postgres"
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
@@ -125,45 +173,148 @@ stop_clickhouse() {
 }
 
 stop_s3() {
-  stop_pidfile "$dir/s3.pid" moto
-  stop_by_pattern "$S3_PORT" "moto.server -H 127.0.0.1 -p $S3_PORT" moto
+  stop_pidfile "$dir/s3.pid" seaweedfs
+  stop_by_pattern "$S3_PORT" "weed server -dir=" seaweedfs
 }
 
-start_tansu() {
+# The broker's TLS material, made once: a CA, and a broker certificate for
+# 127.0.0.1 / localhost signed by it, in a PKCS#12 keystore.
+kafka_tls() {
+  local t=$dir/kafka-tls
+  [ -s "$t/broker.p12" ] && return 0
+  log "generating the local Kafka CA and broker certificate ($t)"
+  mkdir -p "$t"; chmod 700 "$t"
+  (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$t/keystore.password")
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=inferlog local CA" \
+    -keyout "$t/ca.key" -out "$t/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$t/broker.key" -out "$t/broker.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$t/san.ext"
+  openssl x509 -req -in "$t/broker.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$t/san.ext" -out "$t/broker.crt" 2>/dev/null
+  openssl pkcs12 -export -in "$t/broker.crt" -inkey "$t/broker.key" -certfile "$t/ca.crt" -name broker \
+    -out "$t/broker.p12" -passout "file:$t/keystore.password"
+}
+
+kafka_properties() {
+  mkdir -p "$dir/kafka"
+  (umask 077; cat > "$dir/kafka/server.properties" <<EOF
+# Written by deploy/local/services.sh: one combined broker + controller (KRaft).
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$dir/kafka-tls/broker.p12
+ssl.keystore.password=$(cat "$dir/kafka-tls/keystore.password")
+ssl.client.auth=none
+log.dirs=$dir/kafka/data
+num.partitions=$TOPIC_PARTITIONS
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# Tests give topics a short retention.ms: expired segments go within seconds.
+log.retention.check.interval.ms=1000
+log.segment.delete.delay.ms=1000
+auto.create.topics.enable=false
+EOF
+  )
+}
+
+kafka_java() { # main-class args...
+  java -Xms512m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$repo/deploy/local/kafka/log4j2.properties" -cp "$kafka_lib/*" "$@"
+}
+
+start_kafka() {
   port_open $KAFKA_PORT && return 0
-  log "starting tansu on 127.0.0.1:$KAFKA_PORT (memory storage)"
-  nohup tansu broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-    --storage-engine memory://tansu/ >>"$dir/tansu.log" 2>&1 &
-  echo $! > "$dir/tansu.pid"
-  wait_port $KAFKA_PORT tansu 30
+  kafka_tls
+  kafka_properties
+  if [ ! -f "$dir/kafka/data/meta.properties" ]; then
+    log "formatting the Kafka log directory (once): $dir/kafka/data"
+    kafka_java kafka.tools.StorageTool format -t "$(kafka_java kafka.tools.StorageTool random-uuid)" \
+      -c "$dir/kafka/server.properties" >>"$dir/kafka.log" 2>&1
+  fi
+  log "starting Apache Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (PLAINTEXT) and :$KAFKA_SASL_PORT (SASL_SSL)"
+  kafka_java kafka.Kafka "$dir/kafka/server.properties" >>"$dir/kafka.log" 2>&1 &
+  echo $! > "$dir/kafka.pid"
+  wait_port $KAFKA_PORT kafka 60
+  wait_port $KAFKA_SASL_PORT kafka 30
+}
+
+# The SCRAM user of the SASL_SSL listener: its password is made once and
+# kept in a file (mode 600); the credential is (re)set on every `up`.
+kafka_user() {
+  [ -s "$dir/kafka.password" ] || (umask 077; head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/kafka.password")
+  python3 "$repo/deploy/local/kafkatool.py" scram-user --user inferlog --password-file "$dir/kafka.password"
+}
+
+stop_kafka() { # TERM (a controlled shutdown) or KILL (a crash)
+  local pid
+  pid=$(cat "$dir/kafka.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    log "stopping kafka (pid $pid, SIG$1)"
+    kill "-$1" "$pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$dir/kafka.pid"
+  stop_by_pattern $KAFKA_PORT "kafka.Kafka .*server.properties" kafka
+}
+
+s3_identities() {
+  [ -s "$dir/s3.secret" ] || (umask 077; printf 'inferlog-local' > "$dir/s3.secret")
+  (umask 077; python3 - "$dir/s3.secret" > "$dir/seaweedfs/s3.json" <<'PY'
+import json, sys
+secret = open(sys.argv[1]).read().strip()
+print(json.dumps({"identities": [{"name": "inferlog", "credentials": [{"accessKey": "inferlog", "secretKey": secret}],
+                                  "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
+PY
+  )
 }
 
 start_s3() {
   port_open "$S3_PORT" && return 0
-  log "starting moto S3 server on 127.0.0.1:$S3_PORT"
-  # moto spools every object over 5 MiB to a temporary file, and on
-  # CompleteMultipartUpload copies all parts into a new one: 0.3 s of a
-  # 1M-row archive (72 MiB) measured, none of it ours. Objects stay in memory
-  # instead, as tansu's do (memory://); the stand-in holds only test data.
-  MOTO_S3_DEFAULT_KEY_BUFFER_SIZE=$((1024 * 1024 * 1024)) \
-    nohup python3 -m moto.server -H 127.0.0.1 -p "$S3_PORT" >>"$dir/s3.log" 2>&1 &
+  mkdir -p "$dir/seaweedfs/data"
+  s3_identities
+  log "starting SeaweedFS (S3 on 127.0.0.1:$S3_PORT, objects under $dir/seaweedfs/data)"
+  nohup "$weed" server -dir="$dir/seaweedfs/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+    -master.port=$SW_MASTER_PORT -volume.port=$SW_VOLUME_PORT -filer -filer.port=$SW_FILER_PORT \
+    -master.volumeSizeLimitMB=1024 -volume.max=0 \
+    -s3 -s3.port="$S3_PORT" -s3.config="$dir/seaweedfs/s3.json" >>"$dir/s3.log" 2>&1 &
   echo $! > "$dir/s3.pid"
-  wait_port "$S3_PORT" moto 30
-  python3 - "$S3_PORT" <<'PY'
-import sys, boto3
+  wait_port "$S3_PORT" seaweedfs 60
+  python3 - "$S3_PORT" "$dir/s3.secret" <<'PY'
+import sys, time, boto3
 s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}", region_name="us-east-1",
-                  aws_access_key_id="inferlog", aws_secret_access_key="inferlog-local")
-if "inferlog-cold" not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
-    s3.create_bucket(Bucket="inferlog-cold")
+                  aws_access_key_id="inferlog", aws_secret_access_key=open(sys.argv[2]).read().strip())
+# The gateway opens its port before the filer and volume servers answer.
+for attempt in range(300):
+    try:
+        if "inferlog-cold" not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+            s3.create_bucket(Bucket="inferlog-cold")
+        s3.put_object(Bucket="inferlog-cold", Key="_probe", Body=b"ok")
+        s3.delete_object(Bucket="inferlog-cold", Key="_probe")
+        break
+    except Exception as e:  # noqa: BLE001
+        if attempt == 299:
+            raise SystemExit(f"SeaweedFS S3 did not answer: {e}")
+        time.sleep(0.2)
 PY
 }
 
 hash_key() {
   # A local user-id hash key; real deployments provide their own secret file.
   [ -s "$dir/hash.key" ] || { umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/hash.key"; }
-  # The local S3 server's secret key (moto accepts any; the file shows where a real one goes).
-  [ -s "$dir/s3.secret" ] || { umask 077; printf 'inferlog-local' > "$dir/s3.secret"; }
 }
 
 create_topics() {
@@ -178,11 +329,11 @@ status() {
   if curl -fsS "http://127.0.0.1:$CH_HTTP_PORT/ping" >/dev/null 2>&1; then
     show clickhouse "http://127.0.0.1:$CH_HTTP_PORT tcp:$CH_TCP_PORT" "up ($(curl -fsS "http://127.0.0.1:$CH_HTTP_PORT/?query=SELECT%20version()"))"
   else show clickhouse "http://127.0.0.1:$CH_HTTP_PORT" down; ok=1; fi
-  if port_open $KAFKA_PORT; then show kafka "127.0.0.1:$KAFKA_PORT" "up (tansu, pid $(cat "$dir/tansu.pid" 2>/dev/null || echo '?'))"
+  if port_open $KAFKA_PORT; then show kafka "127.0.0.1:$KAFKA_PORT sasl_ssl:$KAFKA_SASL_PORT" "up (Apache Kafka $KAFKA_VERSION, pid $(cat "$dir/kafka.pid" 2>/dev/null || echo '?'))"
   else show kafka "127.0.0.1:$KAFKA_PORT" down; ok=1; fi
   if pg_isready -q -h 127.0.0.1 -p $PG_PORT 2>/dev/null; then show postgres "127.0.0.1:$PG_PORT" up
   else show postgres "127.0.0.1:$PG_PORT" down; ok=1; fi
-  if port_open "$S3_PORT"; then show s3 "http://127.0.0.1:$S3_PORT" "up (moto, bucket inferlog-cold)"
+  if port_open "$S3_PORT"; then show s3 "http://127.0.0.1:$S3_PORT" "up (SeaweedFS, bucket inferlog-cold)"
   else show s3 "http://127.0.0.1:$S3_PORT" down; ok=1; fi
   echo "data and logs: $dir"
   return $ok
@@ -190,18 +341,21 @@ status() {
 
 case "${1:-}" in
   up)
+    started=$(date +%s)
     install
     start_postgres
     start_clickhouse
-    start_tansu
+    start_kafka
+    kafka_user
     start_s3
     create_topics
     hash_key
     status
+    log "up in $(( $(date +%s) - started )) s"
     ;;
   down)
-    stop_pidfile "$dir/tansu.pid" tansu
-    stop_pidfile "$dir/s3.pid" moto
+    stop_kafka TERM
+    stop_s3
     stop_clickhouse
     ;;
   status) status ;;
@@ -209,8 +363,12 @@ case "${1:-}" in
   start-clickhouse) start_clickhouse ;;
   restart-clickhouse) stop_clickhouse; start_clickhouse ;;
   restart-postgres) restart_postgres ;;
-  # moto keeps objects in memory: a stopped S3 server comes back empty (with its bucket).
+  # SeaweedFS keeps its objects on disk: a stopped S3 server comes back with them.
   stop-s3) stop_s3 ;;
   start-s3) start_s3 ;;
-  *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3" >&2; exit 2 ;;
+  # A controlled shutdown (SIGTERM) or a crash (SIGKILL); the log stays on disk.
+  stop-kafka) stop_kafka TERM ;;
+  kill-kafka) stop_kafka KILL ;;
+  start-kafka) start_kafka ;;
+  *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3|stop-kafka|kill-kafka|start-kafka" >&2; exit 2 ;;
 esac

@@ -56,8 +56,148 @@ pub struct KafkaConfig {
     pub fetch_max_wait: Duration,
     /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 16384.
     pub prefetch_max_kbytes: u32,
-    /// Extra librdkafka properties for consumer and producer (e.g. security settings). Default: none.
+    /// How consumer, DLQ producer and admin client authenticate: the `[kafka.security]` table.
+    pub security: KafkaSecurity,
+    /// Extra librdkafka properties for consumer and producer (secrets are
+    /// refused here: they belong in `security`). Default: none.
     pub options: BTreeMap<String, String>,
+}
+
+/// The protocol of the broker listener inferlog connects to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    fn librdkafka(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "plaintext",
+            SecurityProtocol::Ssl => "ssl",
+            SecurityProtocol::SaslPlaintext => "sasl_plaintext",
+            SecurityProtocol::SaslSsl => "sasl_ssl",
+        }
+    }
+
+    fn sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+
+    fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+}
+
+/// Environment variable holding the SASL password (wins over `password_file`).
+pub const KAFKA_PASSWORD_ENV: &str = "INFERLOG_KAFKA_PASSWORD";
+
+/// The `[kafka.security]` table. The password is never a value of this
+/// file: it comes from `INFERLOG_KAFKA_PASSWORD` or `password_file`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaSecurity {
+    /// "plaintext", "ssl", "sasl_plaintext" or "sasl_ssl". Default: "plaintext".
+    pub protocol: SecurityProtocol,
+    /// SASL mechanism: "SCRAM-SHA-512", "SCRAM-SHA-256" or "PLAIN". Default: "SCRAM-SHA-512".
+    pub sasl_mechanism: String,
+    /// SASL user name. Default: "".
+    pub username: String,
+    /// File whose content (trimmed) is the SASL password, when `INFERLOG_KAFKA_PASSWORD` is unset. Default: "".
+    pub password_file: String,
+    /// PEM file of the CA that signed the brokers' certificates; empty means the system's CAs. Default: "".
+    pub ca_file: String,
+}
+
+impl Default for KafkaSecurity {
+    fn default() -> Self {
+        KafkaSecurity {
+            protocol: SecurityProtocol::Plaintext,
+            sasl_mechanism: "SCRAM-SHA-512".into(),
+            username: String::new(),
+            password_file: String::new(),
+            ca_file: String::new(),
+        }
+    }
+}
+
+/// A secret read at start-up: never printed, whatever prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// The librdkafka properties of `[kafka.security]`, password resolved.
+/// `Debug` shows the password as `<redacted>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSecurity {
+    pub properties: Vec<(&'static str, String)>,
+    pub password: Option<Secret>,
+}
+
+/// librdkafka properties that hold secrets: refused in `kafka.options`.
+const SECRET_OPTIONS: [&str; 4] = ["sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret"];
+
+impl KafkaSecurity {
+    /// Checks the table and reads the password (environment first, then the file).
+    pub fn resolve(&self) -> Result<ClientSecurity, IngestError> {
+        let bad = |why: String| IngestError::Config(format!("kafka.security: {why}"));
+        let mut properties = vec![("security.protocol", self.protocol.librdkafka().to_owned())];
+        if self.protocol.tls() && !self.ca_file.is_empty() {
+            if !Path::new(&self.ca_file).is_file() {
+                return Err(bad(format!("ca_file {:?} is not a readable file", self.ca_file)));
+            }
+            properties.push(("ssl.ca.location", self.ca_file.clone()));
+        }
+        if !self.protocol.sasl() {
+            return Ok(ClientSecurity { properties, password: None });
+        }
+        if !["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"].contains(&self.sasl_mechanism.as_str()) {
+            return Err(bad(format!("sasl_mechanism {:?}: one of SCRAM-SHA-512, SCRAM-SHA-256, PLAIN", self.sasl_mechanism)));
+        }
+        if self.username.is_empty() {
+            return Err(bad("username must be set for a SASL protocol".into()));
+        }
+        let password = match std::env::var(KAFKA_PASSWORD_ENV) {
+            Ok(p) if !p.is_empty() => p,
+            _ if self.password_file.is_empty() => {
+                return Err(bad(format!("a SASL protocol needs a password: set {KAFKA_PASSWORD_ENV} or password_file")));
+            }
+            _ => std::fs::read_to_string(&self.password_file)
+                .map_err(|e| bad(format!("password_file {:?}: {e}", self.password_file)))?
+                .trim()
+                .to_owned(),
+        };
+        if password.is_empty() {
+            return Err(bad(format!("password_file {:?} is empty", self.password_file)));
+        }
+        properties.push(("sasl.mechanism", self.sasl_mechanism.clone()));
+        properties.push(("sasl.username", self.username.clone()));
+        Ok(ClientSecurity { properties, password: Some(Secret(password)) })
+    }
+
+    /// "SASL_SSL SCRAM-SHA-512" or "PLAINTEXT": for error messages.
+    pub fn describe(&self) -> String {
+        let protocol = self.protocol.librdkafka().to_ascii_uppercase();
+        if self.protocol.sasl() {
+            format!("{protocol} {}", self.sasl_mechanism)
+        } else {
+            protocol
+        }
+    }
 }
 
 impl Default for KafkaConfig {
@@ -72,6 +212,7 @@ impl Default for KafkaConfig {
             session_timeout: Duration::from_secs(10),
             fetch_max_wait: Duration::from_millis(20),
             prefetch_max_kbytes: 16 * 1024,
+            security: KafkaSecurity::default(),
             options: BTreeMap::new(),
         }
     }
@@ -161,6 +302,12 @@ impl Config {
         if k.topics.contains(&k.dlq_topic) {
             return Err(IngestError::Config("kafka.dlq_topic must not be one of kafka.topics".into()));
         }
+        if let Some(secret) = k.options.keys().find(|o| SECRET_OPTIONS.contains(&o.as_str()) || *o == "security.protocol") {
+            return Err(IngestError::Config(format!(
+                "kafka.options.{secret:?}: security settings and secrets belong in [kafka.security] (the password in {KAFKA_PASSWORD_ENV} or a file)"
+            )));
+        }
+        k.security.resolve()?;
         self.clickhouse.validate()?;
         let i = &self.ingest;
         // One INSERT must stay one ClickHouse block (max_insert_block_size,

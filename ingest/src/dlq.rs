@@ -56,7 +56,7 @@ pub fn now_ms() -> i64 {
 
 impl Dlq {
     pub fn new(kafka: &KafkaConfig) -> Result<Dlq, IngestError> {
-        let producer: FutureProducer = crate::source::client_config(kafka)
+        let producer: FutureProducer = crate::source::client_config(kafka)?
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")

@@ -17,6 +17,8 @@ pub enum IngestError {
     ClickHouse { operation: &'static str, table: String, source: clickhouse::error::Error },
     #[error("kafka {operation}: {source}")]
     Kafka { operation: &'static str, source: rdkafka::error::KafkaError },
+    #[error("kafka at {brokers} ({security}) refused inferlog: {reason} [{code:?}]; nothing was committed")]
+    KafkaRefused { brokers: String, security: String, code: rdkafka::error::RDKafkaErrorCode, reason: String },
     #[error("dlq produce of {topic}/{partition}@{offset} to {dlq_topic}: {source}")]
     DlqProduce { dlq_topic: String, topic: String, partition: i32, offset: i64, source: rdkafka::error::KafkaError },
     #[error(
@@ -39,7 +41,7 @@ impl IngestError {
             // The schema crate classifies its own errors.
             IngestError::Schema(e) => e.class(),
             IngestError::Store(e) => e.class(),
-            IngestError::Config(_) | IngestError::ShutdownTimeout(_) | IngestError::OffsetNotServed { .. } => ErrorClass::Fail,
+            IngestError::Config(_) | IngestError::KafkaRefused { .. } | IngestError::ShutdownTimeout(_) | IngestError::OffsetNotServed { .. } => ErrorClass::Fail,
         }
     }
 }

@@ -25,6 +25,7 @@ pub struct Metrics {
     batch_rows: Histogram,
     flush_seconds: Histogram,
     insert_errors: IntCounter,
+    consume_errors: IntCounter,
     consumer_lag: IntGaugeVec,
     inflight_rows: IntGauge,
     rebalances: IntCounterVec,
@@ -71,6 +72,7 @@ impl Metrics {
                 vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
             ),
             insert_errors: counter("inferlog_ingest_insert_errors_total", "Failed ClickHouse inserts (retried)"),
+            consume_errors: counter("inferlog_ingest_consume_errors_total", "Transient Kafka consume errors waited out (broker restarting, leader moving)"),
             rebalances: counter_vec("inferlog_ingest_rebalances_total", "Partition assignments and revocations", &["kind"]),
             offset_gaps: counter_vec(
                 "inferlog_ingest_offset_gaps_total",
@@ -138,6 +140,11 @@ pub fn batch_flushed(m: &Metrics, rows: usize, rejects: usize, elapsed: Duration
 pub fn caught_up_flush(m: &Metrics, rows: usize) {
     m.caught_up_flushes.inc();
     tracing::debug!(rows, "source read to its end: flushing without waiting for batch_max_age");
+}
+
+/// A transient consume error, waited out (the caller logs it).
+pub fn consume_error(m: &Metrics) {
+    m.consume_errors.inc();
 }
 
 /// A ClickHouse insert failed; it will be retried after `backoff`.

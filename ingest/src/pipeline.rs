@@ -220,6 +220,7 @@ struct Pipeline {
     gate: Arc<FlushGate>,
     consumer: Arc<Consumer>,
     rebalances: Arc<RebalanceLog>,
+    fatal: Arc<source::FatalError>,
     metrics: Metrics,
     partitions: HashMap<PartitionKey, PartitionState>,
     topics: HashMap<String, (Arc<str>, prometheus::IntCounter)>,
@@ -256,7 +257,7 @@ pub async fn run(
             }
         }
     }
-    let source::Subscription { consumer, rebalances, gate } = source::subscribe(&config.kafka)?;
+    let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka)?;
     let dlq = Dlq::new(&config.kafka)?;
     let mut p = Pipeline {
         recent: RecentIds::new(config.ingest.dedup_window),
@@ -268,6 +269,7 @@ pub async fn run(
         gate,
         consumer,
         rebalances,
+        fatal,
         metrics,
         partitions: HashMap::new(),
         topics: HashMap::new(),
@@ -335,7 +337,13 @@ impl Pipeline {
                     let mut drained = 0;
                     while let Some(message) = next.take() {
                         self.apply_rebalances();
-                        let message = message.map_err(|source| IngestError::Kafka { operation: "consume", source })?;
+                        let message = match message {
+                            Ok(message) => message,
+                            Err(source) => {
+                                self.consume_error(source)?;
+                                break;
+                            }
+                        };
                         self.handle(&message).await?;
                         drop(message);
                         if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
@@ -349,6 +357,7 @@ impl Pipeline {
                     }
                 }
                 _ = ticker.tick() => {
+                    self.check_fatal()?;
                     self.apply_rebalances();
                     if let Some(idle) = options.exit_when_idle {
                         // Idle counts from the first assignment (joining a group takes a while).
@@ -367,6 +376,38 @@ impl Pipeline {
                 _ = lag_ticker.tick() => {
                     self.check_partitions(false).await?;
                 }
+            }
+        }
+    }
+
+    /// Stops on a permanent broker error (authentication, TLS) that
+    /// librdkafka's error callback reported.
+    fn check_fatal(&self) -> Result<(), IngestError> {
+        match self.fatal.get() {
+            None => Ok(()),
+            Some((code, reason)) => Err(self.refused(code, reason)),
+        }
+    }
+
+    fn refused(&self, code: rdkafka::error::RDKafkaErrorCode, reason: String) -> IngestError {
+        let kafka = &self.config.kafka;
+        IngestError::KafkaRefused { brokers: kafka.brokers.clone(), security: kafka.security.describe(), code, reason }
+    }
+
+    /// A consume error: permanent ones (authorization, an unknown topic)
+    /// stop ingest; the rest (a broker restarting, a leader moving) are
+    /// waited out: librdkafka retries, and nothing past what is durable is
+    /// committed meanwhile.
+    fn consume_error(&mut self, source: rdkafka::error::KafkaError) -> Result<(), IngestError> {
+        use rdkafka::error::RDKafkaErrorCode as Code;
+        match source.rdkafka_error_code() {
+            Some(code) if source::is_permanent(code) || matches!(code, Code::UnknownTopicOrPartition | Code::UnknownTopic) => {
+                Err(self.refused(code, source.to_string()))
+            }
+            _ => {
+                metrics::consume_error(&self.metrics);
+                tracing::warn!(error = %source, "kafka consume error: waiting for the broker (nothing is committed past what is durable)");
+                Ok(())
             }
         }
     }

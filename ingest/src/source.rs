@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 
 use crate::config::{Assignment, KafkaConfig};
@@ -88,15 +89,63 @@ impl Drop for FlushGuard {
     }
 }
 
-/// The consumer's context: records rebalances for the pipeline, and holds
-/// a revocation until the batch in flight is durable.
+/// A broker error ingest cannot wait out (authentication or TLS failure),
+/// reported by librdkafka's error callback; the pipeline stops on it.
+#[derive(Debug, Default)]
+pub struct FatalError {
+    first: Mutex<Option<(RDKafkaErrorCode, String)>>,
+}
+
+impl FatalError {
+    pub fn get(&self) -> Option<(RDKafkaErrorCode, String)> {
+        self.first.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn set(&self, code: RDKafkaErrorCode, reason: &str) {
+        if let Ok(mut first) = self.first.lock() {
+            first.get_or_insert_with(|| (code, reason.to_owned()));
+        }
+    }
+}
+
+/// Whether a client-level error is permanent: retrying the same
+/// credentials or certificate cannot succeed.
+pub fn is_permanent(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Authentication
+            | RDKafkaErrorCode::SSL
+            | RDKafkaErrorCode::SaslAuthenticationFailed
+            | RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::GroupAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed
+            | RDKafkaErrorCode::Fatal
+    )
+}
+
+/// The consumer's context: records rebalances for the pipeline, holds a
+/// revocation until the batch in flight is durable, and keeps the first
+/// permanent broker error.
 #[derive(Debug, Clone, Default)]
 pub struct IngestContext {
     pub rebalances: Arc<RebalanceLog>,
     pub gate: Arc<FlushGate>,
+    pub fatal: Arc<FatalError>,
 }
 
-impl ClientContext for IngestContext {}
+impl ClientContext for IngestContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error.rdkafka_error_code() {
+            Some(code) if is_permanent(code) => {
+                tracing::error!(error = %error, reason, "kafka: permanent error");
+                self.fatal.set(code, reason);
+            }
+            // Broker down or restarting, a leader moving: librdkafka
+            // reconnects by itself; nothing is committed meanwhile.
+            _ => tracing::warn!(error = %error, reason, "kafka: waiting for the broker"),
+        }
+    }
+}
 
 fn partitions(tpl: &rdkafka::TopicPartitionList) -> Vec<(String, i32)> {
     tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect()
@@ -119,14 +168,23 @@ impl ConsumerContext for IngestContext {
 
 pub type Consumer = StreamConsumer<IngestContext>;
 
-/// librdkafka settings shared by the consumer and the DLQ producer.
-pub fn client_config(kafka: &KafkaConfig) -> ClientConfig {
+/// librdkafka settings shared by the consumer, the DLQ producer and
+/// retention's admin client: brokers, `[kafka.security]` (password read
+/// here) and `kafka.options`. Never log the result: it holds the password.
+pub fn client_config(kafka: &KafkaConfig) -> Result<ClientConfig, IngestError> {
+    let security = kafka.security.resolve()?;
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.brokers);
+    for (k, v) in security.properties {
+        config.set(k, v);
+    }
+    if let Some(password) = &security.password {
+        config.set("sasl.password", password.expose());
+    }
     for (k, v) in &kafka.options {
         config.set(k, v);
     }
-    config
+    Ok(config)
 }
 
 /// A consumer of the source topics, with what its rebalance callbacks share
@@ -135,6 +193,7 @@ pub struct Subscription {
     pub consumer: Arc<Consumer>,
     pub rebalances: Arc<RebalanceLog>,
     pub gate: Arc<FlushGate>,
+    pub fatal: Arc<FatalError>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -147,8 +206,8 @@ impl std::fmt::Debug for Subscription {
 pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
     use rdkafka::consumer::Consumer as _;
     let context = IngestContext::default();
-    let (rebalances, gate) = (context.rebalances.clone(), context.gate.clone());
-    let mut config = client_config(kafka);
+    let (rebalances, gate, fatal) = (context.rebalances.clone(), context.gate.clone(), context.fatal.clone());
+    let mut config = client_config(kafka)?;
     config
         .set("group.id", &kafka.group_id)
         .set("enable.auto.commit", "false")
@@ -200,7 +259,7 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
             rebalances.push(RebalanceEvent::Assigned(assigned));
         }
     }
-    Ok(Subscription { consumer: Arc::new(consumer), rebalances, gate })
+    Ok(Subscription { consumer: Arc::new(consumer), rebalances, gate, fatal })
 }
 
 #[cfg(test)]

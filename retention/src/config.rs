@@ -43,6 +43,8 @@ impl Config {
         self.clickhouse.validate().map_err(bad)?;
         self.postgres.validate().map_err(bad)?;
         self.cold.validate().map_err(bad)?;
+        // The Kafka security table is checked (password readable) at start-up.
+        self.kafka.security.resolve().map_err(|e| RetentionError::Config(e.to_string()))?;
         self.retention.validate(self.schema.max_event_age).map_err(bad)?;
         if self.retention.interval.is_zero() {
             return Err(RetentionError::Config("retention.interval must be > 0".into()));

@@ -15,6 +15,14 @@ pub fn s3_endpoint() -> String {
     std::env::var("INFERLOG_TEST_S3_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9303".into())
 }
 
+/// The local S3 server's secret key (access key `inferlog`): the file
+/// `services.sh` writes, or `INFERLOG_TEST_S3_SECRET`.
+pub fn s3_secret() -> String {
+    std::env::var("INFERLOG_TEST_S3_SECRET").unwrap_or_else(|_| {
+        std::fs::read_to_string(repo_root().join(".inferlog/local/s3.secret")).map_or_else(|_| "inferlog-local".into(), |s| s.trim().to_owned())
+    })
+}
+
 pub fn postgres_url() -> String {
     std::env::var("INFERLOG_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inferlog".into())
 }
@@ -90,7 +98,7 @@ impl TierScenario {
         let mut cmd = Command::new(bin(binary));
         cmd.arg("--config").arg(&self.config).args(args);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join(log)).expect("log file");
-        cmd.env("AWS_SECRET_ACCESS_KEY", "inferlog-local")
+        cmd.env("AWS_SECRET_ACCESS_KEY", s3_secret())
             .env_remove("AWS_ACCESS_KEY_ID")
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
@@ -127,10 +135,10 @@ impl TierScenario {
     /// The objects under this scenario's prefix as (key, size), read with boto3.
     pub fn s3_objects(&self) -> Vec<(String, u64)> {
         let script = "import sys, boto3\n\
-            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='inferlog', aws_secret_access_key='inferlog-local')\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='inferlog', aws_secret_access_key=sys.argv[3])\n\
             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='inferlog-cold', Prefix=sys.argv[2]):\n\
             \x20   for o in page.get('Contents', []): print(o['Key'], o['Size'])\n";
-        let out = Command::new("python3").args(["-c", script, &s3_endpoint(), &self.prefix]).output().expect("python3");
+        let out = Command::new("python3").args(["-c", script, &s3_endpoint(), &self.prefix, &s3_secret()]).output().expect("python3");
         assert!(out.status.success(), "listing s3: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout)
             .lines()

@@ -143,6 +143,10 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     {
         eprintln!("fault schedule: {schedule:?}");
     }
-    assert!(failed.parse::<u32>().unwrap_or(0) > 0, "the S3 outage made the compactor fail: {schedule:?}");
+    assert!(
+        failed.parse::<u32>().unwrap_or(0) > 0,
+        "the S3 outage made the compactor fail: {schedule:?}\ncompactor during the outage:\n{}",
+        p.tiers.log("compactor-1.log")
+    );
     p.reconcile(&events);
 }

@@ -1,4 +1,4 @@
-//! `inferlog-ingest` against the real broker (tansu) and ClickHouse:
+//! `inferlog-ingest` against the real broker (Apache Kafka) and ClickHouse:
 //! reconciliation, DLQ reasons, producer retries, partitions handed over
 //! between replicas mid-write, two replicas with one killed, SIGTERM, and a
 //! DLQ that cannot take rejects. Each test has its own topics, group and tables.
@@ -72,21 +72,12 @@ fn a_request_id_produced_twice_is_stored_once() {
     assert!(!retries.is_empty());
 }
 
-/// Ignored on the local stack because of a tansu 0.6.0 coordinator bug
-/// (diagnosed from its debug log, `RUST_LOG=tansu_broker::coordinator=debug`):
-/// tansu does evict the killed member after the session timeout, inside the
-/// survivor's heartbeat (`Inner<Formed>::heartbeat` → `missed_heartbeat`),
-/// and answers REBALANCE_IN_PROGRESS; but `Wrapper::missed_heartbeat`, which
-/// would move the group back to Forming, then finds nobody left to evict, so
-/// the group stays Formed in the same generation. The survivor rejoins,
-/// its SyncGroup assigns itself all 8 partitions, and tansu answers with the
-/// stored assignment of that generation: its old 4. The dead member's
-/// partitions are never read again. The same kill with a replacement replica
-/// joining (what a supervisor does) is tested live below. Against Apache
-/// Kafka or Redpanda, run this one with
-/// `cargo test -p inferlog-tests --test ingest -- --ignored`.
+/// One of two replicas in the group is killed (`kill -9`) mid-run and no
+/// replacement comes: the broker expires the dead member after the session
+/// timeout, the survivor alone is assigned every partition, re-reads the
+/// dead one's uncommitted work from its last commit (skipping what it had
+/// already stored) and finishes with exact totals.
 #[test]
-#[ignore = "tansu 0.6.0 does not expire killed group members; see the doc comment"]
 fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
     let s = Scenario::new("replicas", 8, "batch_max_rows = 5000\n");
     let events = generate(100_000, 0.01, 303, 3);
@@ -103,7 +94,8 @@ fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
     }
     inferlog_tests::produce(&s.topic, &file);
     // kill -9 replica A while both are writing.
-    while s.hot_count().0 < valid / 4 && start.elapsed() < Duration::from_secs(180) {
+    while s.hot_count().0 < valid / 4 {
+        assert!(start.elapsed() < Duration::from_secs(180), "a quarter stored within 180 s: {}\n{}", s.log("a.log"), s.log("b.log"));
         std::thread::sleep(Duration::from_millis(100));
     }
     a.kill().expect("kill -9 replica A");
@@ -112,7 +104,8 @@ fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
     // B takes over A's partitions once the group expires A, and re-reads
     // them from A's last commit, skipping what A had already stored.
     let killed = Instant::now();
-    while s.hot_count().0 < valid && killed.elapsed() < Duration::from_secs(180) {
+    while s.hot_count().0 < valid {
+        assert!(killed.elapsed() < Duration::from_secs(180), "B alone stored everything within 180 s: {:?}\n{}", s.hot_count(), s.log("b.log"));
         std::thread::sleep(Duration::from_millis(500));
     }
     // Graceful stop: SIGTERM flushes, commits and exits 0.

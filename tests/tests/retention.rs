@@ -9,16 +9,15 @@ use std::time::{Duration, Instant};
 use inferlog_tests::tiers::{day_string, today, TierScenario};
 use inferlog_tests::{kafka_brokers, kafkatool};
 
-/// Policies: hot 7 days, aggregates 20, cold 25; a DLQ topic keeping 7 days.
-fn scenario(name: &str, dlq_retention_ms: Option<u64>) -> TierScenario {
+/// Policies: hot 7 days, aggregates 20, cold 25; a DLQ topic keeping
+/// `dlq_retention_ms` (-1: forever), or no DLQ topic at all (`None`: the
+/// broker cannot report its retention).
+fn scenario(name: &str, dlq_retention_ms: Option<i64>) -> TierScenario {
     let id = inferlog_tests::unique(name);
     let dlq = format!("{id}-dlq");
-    let mut args = vec!["create-topics".to_owned(), "--partitions".into(), "1".into()];
     if let Some(ms) = dlq_retention_ms {
-        args.extend(["--config".into(), format!("retention.ms={ms}")]);
+        kafkatool(&["create-topics", "--partitions", "1", "--config", &format!("retention.ms={ms}"), &dlq]);
     }
-    args.push(dlq.clone());
-    kafkatool(&args.iter().map(String::as_str).collect::<Vec<_>>());
     TierScenario::new(
         name,
         &format!(
@@ -28,7 +27,7 @@ fn scenario(name: &str, dlq_retention_ms: Option<u64>) -> TierScenario {
     )
 }
 
-const SEVEN_DAYS_MS: u64 = 7 * 86_400_000;
+const SEVEN_DAYS_MS: i64 = 7 * 86_400_000;
 
 /// Noon of `today() + offset` as RFC 3339.
 fn at(offset: i32) -> String {
@@ -150,10 +149,10 @@ fn an_unarchived_hot_day_is_never_dropped_and_drift_in_the_cold_store_is_reporte
     let missing = object_key(&s, t - 4);
     let orphan = format!("{}dt={}/stray.parquet", s.prefix, day_string(t - 3));
     let script = "import sys, boto3\n\
-        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='x', aws_secret_access_key='y')\n\
+        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='inferlog', aws_secret_access_key=sys.argv[4])\n\
         s3.delete_object(Bucket='inferlog-cold', Key=sys.argv[2])\n\
         s3.put_object(Bucket='inferlog-cold', Key=sys.argv[3], Body=b'not parquet')\n";
-    let out = std::process::Command::new("python3").args(["-c", script, &inferlog_tests::tiers::s3_endpoint(), &missing, &orphan]).output().expect("python3");
+    let out = std::process::Command::new("python3").args(["-c", script, &inferlog_tests::tiers::s3_endpoint(), &missing, &orphan, &inferlog_tests::tiers::s3_secret()]).output().expect("python3");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, report) = audit_json(&s, &at(0), "audit-drift.log");
     assert_eq!(code, 1);
@@ -166,7 +165,11 @@ fn an_unarchived_hot_day_is_never_dropped_and_drift_in_the_cold_store_is_reporte
 
 #[test]
 fn a_dlq_kept_longer_than_the_hot_policy_or_of_unknown_retention_is_a_violation() {
-    for (name, retention, cause) in [("ret_dlq_long", Some(30 * 86_400_000u64), "dlq.retention_exceeds"), ("ret_dlq_unset", None, "dlq.retention_unknown")] {
+    for (name, retention, cause) in [
+        ("ret_dlq_long", Some(30 * 86_400_000i64), "dlq.retention_exceeds"),
+        ("ret_dlq_forever", Some(-1), "dlq.retention_exceeds"),
+        ("ret_dlq_missing", None, "dlq.retention_unknown"),
+    ] {
         let s = scenario(name, retention);
         let (code, report) = audit_json(&s, &at(0), "audit.log");
         assert_eq!(code, 1, "{report}");
@@ -214,7 +217,7 @@ fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
 
 #[test]
 fn the_daemon_publishes_the_audit_as_metrics_and_stops_on_sigterm() {
-    // A DLQ created without retention.ms: the audit reports dlq.retention_unknown.
+    // No DLQ topic: the broker cannot report its retention (dlq.retention_unknown).
     let s = scenario("ret_daemon", None);
     let addr = inferlog_tests::free_loopback_addr();
     let mut child = s.spawn("inferlog-retention", &["enforce", "--daemon"], "daemon.log", &[("INFERLOG_RETENTION__METRICS_ADDR", addr.as_str())]);
