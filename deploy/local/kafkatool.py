@@ -2,8 +2,7 @@
 """The independent Kafka client for tests, demos and benchmarks (confluent-kafka,
 a current librdkafka): create topics, produce JSONL files, and read topics back.
 
-Reading never trusts the broker's high watermark to say it is done (tansu's
-can lag the real end of a partition): it reads until no message has arrived
+Reading never trusts the broker's high watermark alone to say it is done: it reads until no message has arrived
 for --idle seconds, then seeks back to any offset below the watermark that
 was not delivered, and fails if the broker still does not deliver it.
 
@@ -14,6 +13,9 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py first-offsets --topic T OFFSET... prints {OFFSET: first offset a fetch from it delivers} (partition 0)
   kafkatool.py commit --topic T --group G --offset O
                                                  commits O for partition 0 of T in group G
+  kafkatool.py alter-config --topic T K=V...     sets topic configs
+  kafkatool.py committed --topic T --group G    prints {partition: committed offset} (-1001: none)
+  kafkatool.py watermarks --topic T              prints {partition: [log start, end]}
   kafkatool.py scram-user --user U --password-file F
                                                  creates or updates a SCRAM-SHA-512 user
 """
@@ -232,6 +234,36 @@ def commit(args):
         consumer.close()
 
 
+def alter_config(args):
+    """Sets topic configs (K=V), e.g. retention.ms, on an existing topic."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in (kv.split("=", 1) for kv in args.config)]
+    admin = AdminClient({"bootstrap.servers": brokers(args)})
+    for future in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, args.topic, incremental_configs=entries)]).values():
+        future.result()
+
+
+def committed(args):
+    """The group's committed offset of every partition of the topic (-1001: none)."""
+    consumer = Consumer({"bootstrap.servers": brokers(args), "group.id": args.group, "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(args.topic, timeout=10).topics[args.topic].partitions
+        tps = consumer.committed([TopicPartition(args.topic, p) for p in sorted(partitions)], timeout=10)
+        print(json.dumps({tp.partition: tp.offset for tp in tps}))
+    finally:
+        consumer.close()
+
+
+def watermarks(args):
+    """The log start and end offset of every partition of the topic."""
+    consumer = Consumer({"bootstrap.servers": brokers(args), "group.id": f"kafkatool-{uuid.uuid4()}"})
+    try:
+        partitions = consumer.list_topics(args.topic, timeout=10).topics[args.topic].partitions
+        print(json.dumps({p: consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=10) for p in sorted(partitions)}))
+    finally:
+        consumer.close()
+
+
 def scram_user(args):
     """Creates or updates a SCRAM-SHA-512 user (over the PLAINTEXT listener);
     the password is read from a file, never from the command line."""
@@ -280,6 +312,16 @@ def main():
     c.add_argument("--group", required=True)
     c.add_argument("--offset", type=int, required=True)
     c.set_defaults(func=commit)
+    for name, func in (("committed", committed), ("watermarks", watermarks)):
+        c = sub.add_parser(name)
+        c.add_argument("--topic", required=True)
+        if name == "committed":
+            c.add_argument("--group", required=True)
+        c.set_defaults(func=func)
+    c = sub.add_parser("alter-config")
+    c.add_argument("--topic", required=True)
+    c.add_argument("config", nargs="+", help="K=V")
+    c.set_defaults(func=alter_config)
     c = sub.add_parser("scram-user")
     c.add_argument("--user", required=True)
     c.add_argument("--password-file", required=True)

@@ -245,7 +245,10 @@ start_kafka() {
       -c "$dir/kafka/server.properties" >>"$dir/kafka.log" 2>&1
   fi
   log "starting Apache Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (PLAINTEXT) and :$KAFKA_SASL_PORT (SASL_SSL)"
-  kafka_java kafka.Kafka "$dir/kafka/server.properties" >>"$dir/kafka.log" 2>&1 &
+  # java itself in the background (not a shell running it): kill-kafka's SIGKILL must reach the broker.
+  nohup java -Xms512m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$repo/deploy/local/kafka/log4j2.properties" -cp "$kafka_lib/*" \
+    kafka.Kafka "$dir/kafka/server.properties" >>"$dir/kafka.log" 2>&1 &
   echo $! > "$dir/kafka.pid"
   wait_port $KAFKA_PORT kafka 60
   wait_port $KAFKA_SASL_PORT kafka 30

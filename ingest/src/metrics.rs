@@ -30,6 +30,7 @@ pub struct Metrics {
     inflight_rows: IntGauge,
     rebalances: IntCounterVec,
     offset_gaps: IntCounterVec,
+    offsets_lost: IntCounter,
     caught_up_flushes: IntCounter,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
@@ -79,6 +80,7 @@ impl Metrics {
                 "Offsets the broker skipped or did not deliver: rewound (skipped, sought back), stalled (nothing delivered below the high watermark, sought back), lost (below the log start) or stuck (not served even from the log start: ingest stops)",
                 &["outcome"],
             ),
+            offsets_lost: counter("inferlog_ingest_offsets_lost_total", "Offsets deleted by the broker (retention) before ingest read them"),
             caught_up_flushes: counter(
                 "inferlog_ingest_caught_up_flushes_total",
                 "Batches flushed before batch_max_age because the source was read to its end",
@@ -166,6 +168,13 @@ pub fn rebalanced(m: &Metrics, kind: &'static str, partitions: &[(String, i32)])
 }
 
 /// The broker delivered an offset past the expected one, or nothing although it holds more.
+/// Offsets below the broker's log start that ingest never read: one gap
+/// with outcome "lost", and the number of offsets in it.
+pub fn offsets_lost(m: &Metrics, offsets: i64) {
+    m.offset_gaps.with_label_values(&["lost"]).inc();
+    m.offsets_lost.inc_by(offsets.max(0) as u64);
+}
+
 pub fn offset_gap(m: &Metrics, outcome: &'static str) {
     m.offset_gaps.with_label_values(&[outcome]).inc();
 }

@@ -525,6 +525,12 @@ impl Pipeline {
         .await?
         .map_err(|source| IngestError::Kafka { operation: "committed offset lookup", source })?;
         let (committed, low) = positions;
+        if let Some(committed) = committed.filter(|c| *c < low) {
+            // The broker deleted (retention) what the group had not read yet.
+            let lost = low - committed;
+            tracing::error!(%topic, partition, committed, log_start = low, lost, "offsets are gone from the broker (retention); continuing from the log start");
+            metrics::offsets_lost(&self.metrics, lost);
+        }
         let expected = committed.unwrap_or(low).max(low);
         let replay = self
             .writer
@@ -570,9 +576,17 @@ impl Pipeline {
                 Ok(false)
             }
             Gap::Gone => {
-                tracing::error!(%topic, partition, expected, got, log_start, "offsets are gone from the broker (retention); continuing");
-                metrics::offset_gap(&self.metrics, "lost");
-                Ok(true)
+                // Only the offsets below the log start are gone; any the
+                // broker still holds before `got` are read from there.
+                let lost = log_start - expected;
+                tracing::error!(%topic, partition, expected, got, log_start, lost, "offsets are gone from the broker (retention); continuing from the log start");
+                metrics::offsets_lost(&self.metrics, lost);
+                state.expected = log_start;
+                if got == log_start {
+                    return Ok(true);
+                }
+                self.seek(&topic, partition, log_start).await?.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
+                Ok(false)
             }
             Gap::Stuck => {
                 metrics::offset_gap(&self.metrics, "stuck");

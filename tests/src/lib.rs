@@ -95,6 +95,31 @@ pub fn create_topics(partitions: u32, topics: &[&str]) {
     kafkatool(&args);
 }
 
+/// The group's committed offset per partition (-1001: none).
+pub fn committed(topic: &str, group: &str) -> Vec<i64> {
+    let answer: HashMap<String, i64> = serde_json::from_str(&kafkatool(&["committed", "--topic", topic, "--group", group])).expect("kafkatool committed prints JSON");
+    let mut offsets: Vec<(i32, i64)> = answer.into_iter().map(|(p, o)| (p.parse().expect("partition"), o)).collect();
+    offsets.sort_unstable();
+    offsets.into_iter().map(|(_, o)| o).collect()
+}
+
+/// The log start offset per partition.
+pub fn log_starts(topic: &str) -> Vec<i64> {
+    let answer: HashMap<String, (i64, i64)> = serde_json::from_str(&kafkatool(&["watermarks", "--topic", topic])).expect("kafkatool watermarks prints JSON");
+    let mut starts: Vec<(i32, i64)> = answer.into_iter().map(|(p, (low, _))| (p.parse().expect("partition"), low)).collect();
+    starts.sort_unstable();
+    starts.into_iter().map(|(_, low)| low).collect()
+}
+
+/// Polls `done` every 200 ms until it is true; fails with `what()` past `limit`.
+pub fn wait_for(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {}", what());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn produce(topic: &str, file: &Path) {
     kafkatool(&["produce", "--topic", topic, file.to_str().expect("utf-8 path")]);
 }
@@ -155,15 +180,14 @@ impl Scenario {
     }
 
     /// Static partition assignment instead of the consumer group: for the
-    /// crash tests, which restart the killed process at once: on tansu 0.6.0
-    /// the restarted member shares the group with its dead predecessor until
-    /// the session timeout, and the partitions assigned to the dead one are
-    /// then never reassigned (see `two_replicas_share_the_partitions_and_survive_one_being_killed`).
+    /// crash tests, which restart the killed process at once (a restarted
+    /// group member would wait out its dead predecessor's session timeout).
     pub fn static_assignment(name: &str, partitions: u32, extra_ingest: &str) -> Scenario {
         Scenario::with_kafka(name, partitions, "assignment = \"static\"\n", extra_ingest)
     }
 
-    fn with_kafka(name: &str, partitions: u32, extra_kafka: &str, extra_ingest: &str) -> Scenario {
+    /// Like [`Scenario::new`], with `extra_kafka` appended to the `[kafka]` table.
+    pub fn with_kafka(name: &str, partitions: u32, extra_kafka: &str, extra_ingest: &str) -> Scenario {
         let default_age = if extra_ingest.contains("batch_max_age") { "" } else { "batch_max_age = \"1s\"\n" };
         let default_metrics = if extra_ingest.contains("metrics_addr") { "" } else { "metrics_addr = \"\"\n" };
         let id = unique(name);

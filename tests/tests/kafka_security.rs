@@ -1,0 +1,103 @@
+//! ingest and retention through the broker's authenticated listener
+//! (SASL_SSL, SCRAM-SHA-512, the CA `services.sh` generated): a full run
+//! with exact totals; a wrong password and an untrusted certificate each
+//! stop ingest with exit 2 within 30 s, naming broker, mechanism and cause,
+//! with nothing committed; retention's admin client reads the DLQ's
+//! retention through the same listener.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use inferlog_tests::tiers::TierScenario;
+use inferlog_tests::{committed, read_topic, repo_root, valid_count, wait_with_limit, Scenario};
+
+fn sasl_brokers() -> String {
+    std::env::var("INFERLOG_TEST_KAFKA_SASL_BROKERS").unwrap_or_else(|_| "127.0.0.1:9094".into())
+}
+
+fn local_file(env: &str, default: &str) -> PathBuf {
+    std::env::var_os(env).map_or_else(|| repo_root().join(".inferlog/local").join(default), PathBuf::from)
+}
+
+/// The `[kafka.security]` table of the local SASL_SSL listener; `ca_file`
+/// empty means the system's CAs, which do not trust the local one.
+fn security(ca_file: Option<PathBuf>) -> String {
+    let ca = ca_file.map(|p| p.display().to_string()).unwrap_or_default();
+    let password = local_file("INFERLOG_TEST_KAFKA_PASSWORD_FILE", "kafka.password");
+    assert!(password.exists(), "{} is missing: run deploy/local/services.sh up", password.display());
+    format!(
+        "security = {{ protocol = \"sasl_ssl\", sasl_mechanism = \"SCRAM-SHA-512\", username = \"inferlog\", password_file = \"{}\", ca_file = \"{ca}\" }}\n",
+        password.display()
+    )
+}
+
+fn local_ca() -> PathBuf {
+    local_file("INFERLOG_TEST_KAFKA_CA", "kafka-tls/ca.crt")
+}
+
+#[test]
+fn a_full_run_over_sasl_ssl_stores_every_event_exactly_once() {
+    let s = Scenario::with_kafka("sasl_ok", 4, &security(Some(local_ca())), "");
+    let events = s.produce_generated(20_000, 0.02, 1301);
+    let valid = valid_count(&events) as u64;
+    let brokers = sasl_brokers();
+    let mut ingest = s.spawn_ingest_with(Some("6s"), "ingest.log", &[("INFERLOG_KAFKA__BROKERS", brokers.as_str())]);
+    let status = wait_with_limit(&mut ingest, Duration::from_secs(180));
+    let log = s.log("ingest.log");
+    assert!(status.success(), "ingest over SASL_SSL: {log}");
+    assert_eq!(s.hot_count(), (valid, valid), "{log}");
+    assert_eq!(read_topic(&s.dlq).len(), events.len() - valid as usize, "every reject in the DLQ (produced over SASL_SSL)");
+    assert!(committed(&s.topic, &s.group).iter().all(|&o| o >= 0), "offsets committed over SASL_SSL");
+    let password = std::fs::read_to_string(local_file("INFERLOG_TEST_KAFKA_PASSWORD_FILE", "kafka.password")).expect("password file");
+    assert!(!log.contains(password.trim()), "the password is never logged");
+}
+
+/// Runs ingest against the SASL_SSL listener with `env`, expecting exit 2
+/// within 30 s; returns its log.
+fn refused(name: &str, ca_file: Option<PathBuf>, env: &[(&str, &str)]) -> String {
+    let s = Scenario::with_kafka(name, 2, &security(ca_file), "");
+    s.produce_generated(500, 0.0, 1302);
+    let brokers = sasl_brokers();
+    let mut env = env.to_vec();
+    env.push(("INFERLOG_KAFKA__BROKERS", brokers.as_str()));
+    let started = Instant::now();
+    let mut ingest = s.spawn_ingest_with(None, "ingest.log", &env);
+    let status = wait_with_limit(&mut ingest, Duration::from_secs(60));
+    let took = started.elapsed();
+    let log = s.log("ingest.log");
+    assert_eq!(status.code(), Some(2), "a permanent error exits 2: {log}");
+    assert!(took < Duration::from_secs(30), "exit within 30 s, took {took:?}: {log}");
+    let error = log.lines().find(|l| l.contains("ingest failed")).unwrap_or_else(|| panic!("an error line: {log}"));
+    assert!(error.contains(&brokers) && error.contains("SASL_SSL SCRAM-SHA-512"), "names broker and mechanism: {error}");
+    assert_eq!(s.hot_count(), (0, 0));
+    assert!(committed(&s.topic, &s.group).iter().all(|&o| o < 0), "nothing committed");
+    error.to_owned()
+}
+
+#[test]
+fn a_wrong_password_exits_2_naming_broker_mechanism_and_cause() {
+    let error = refused("sasl_badpw", Some(local_ca()), &[("INFERLOG_KAFKA_PASSWORD", "not-the-password")]);
+    assert!(error.to_lowercase().contains("authentication"), "names the cause: {error}");
+    assert!(!error.contains("not-the-password"), "the password is never logged: {error}");
+}
+
+#[test]
+fn an_untrusted_broker_certificate_exits_2_naming_the_cause() {
+    let error = refused("sasl_badca", None, &[]);
+    assert!(error.contains("certificate verify failed") || error.to_lowercase().contains("ssl"), "names the cause: {error}");
+}
+
+#[test]
+fn retention_reads_the_dlq_retention_over_sasl_ssl() {
+    let id = inferlog_tests::unique("sasl_ret");
+    let dlq = format!("{id}-dlq");
+    inferlog_tests::kafkatool(&["create-topics", "--partitions", "1", "--config", "retention.ms=86400000", &dlq]);
+    let s = TierScenario::new(
+        "sasl_ret",
+        &format!("[kafka]\nbrokers = \"{}\"\ndlq_topic = \"{dlq}\"\n{}\n[retention]\nhot_days = 7\n", sasl_brokers(), security(Some(local_ca()))),
+    );
+    let (code, report) = s.run("inferlog-retention", &["audit", "--format", "json"], "audit.log");
+    assert_eq!(code, 0, "{report}\n{}", s.log("audit.log"));
+    let report: serde_json::Value = serde_json::from_str(&report).expect("JSON report");
+    assert_eq!(report["dlq"]["retention_ms"], 86_400_000, "{report}");
+}
