@@ -158,6 +158,19 @@ impl TierScenario {
         serde_json::from_slice(&out.stdout).expect("json")
     }
 
+    /// SHA-256 of every object under this scenario's prefix, by key, read with boto3.
+    pub fn s3_digests(&self) -> std::collections::BTreeMap<String, String> {
+        let script = "import sys, hashlib, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='inferlog', aws_secret_access_key=sys.argv[3])\n\
+            for page in s3.get_paginator('list_objects_v2').paginate(Bucket='inferlog-cold', Prefix=sys.argv[2]):\n\
+            \x20   for o in page.get('Contents', []):\n\
+            \x20       body = s3.get_object(Bucket='inferlog-cold', Key=o['Key'])['Body'].read()\n\
+            \x20       print(o['Key'], hashlib.sha256(body).hexdigest())\n";
+        let out = Command::new("python3").args(["-c", script, &s3_endpoint(), &self.prefix, &s3_secret()]).output().expect("python3");
+        assert!(out.status.success(), "reading s3: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.rsplit_once(' ').map(|(k, d)| (k.to_owned(), d.to_owned()))).collect()
+    }
+
     /// Hot rows per day: (day, rows).
     pub fn hot_days(&self) -> Vec<(String, u64)> {
         clickhouse(&format!("SELECT toString(day), count() FROM {} GROUP BY day ORDER BY day", self.qualified_table()))
