@@ -40,6 +40,12 @@ pub struct KafkaConfig {
     /// offsets still committed under `group_id`; for brokers whose group
     /// coordinator cannot be trusted to expire a crashed member). Default: "group".
     pub assignment: Assignment,
+    /// With `assignment = "group"`: librdkafka's `partition.assignment.strategy`.
+    /// "cooperative-sticky" moves only the partitions that change owner
+    /// (the others keep being read through a rebalance); "range" or
+    /// "roundrobin" stop the whole group at every rebalance. Every member
+    /// of a group must use the same. Default: "cooperative-sticky".
+    pub assignor: String,
     /// With `assignment = "static"`: the partitions this replica reads; empty means all. Default: [].
     pub partitions: Vec<i32>,
     /// Dead-letter topic for rejected messages. Default: "inference-events-dlq".
@@ -56,7 +62,10 @@ pub struct KafkaConfig {
     pub fetch_max_wait: Duration,
     /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 16384.
     pub prefetch_max_kbytes: u32,
-    /// How consumer, DLQ producer and admin client authenticate: the `[kafka.security]` table.
+    /// How consumer, DLQ producer and admin client connect and authenticate
+    /// (protocol, sasl_mechanism, username, password_file, ca_file; the
+    /// password itself from INFERLOG_KAFKA_PASSWORD or password_file).
+    /// Default: plaintext, no SASL, the system's CAs.
     pub security: KafkaSecurity,
     /// Extra librdkafka properties for consumer and producer (secrets are
     /// refused here: they belong in `security`). Default: none.
@@ -207,6 +216,7 @@ impl Default for KafkaConfig {
             topics: vec!["inference-events".into()],
             group_id: "inferlog-ingest".into(),
             assignment: Assignment::Group,
+            assignor: "cooperative-sticky".into(),
             partitions: Vec::new(),
             dlq_topic: "inference-events-dlq".into(),
             session_timeout: Duration::from_secs(10),
@@ -301,6 +311,9 @@ impl Config {
         }
         if k.topics.contains(&k.dlq_topic) {
             return Err(IngestError::Config("kafka.dlq_topic must not be one of kafka.topics".into()));
+        }
+        if !["cooperative-sticky", "range", "roundrobin"].contains(&k.assignor.as_str()) {
+            return Err(IngestError::Config(format!("kafka.assignor {:?}: one of cooperative-sticky, range, roundrobin", k.assignor)));
         }
         if let Some(secret) = k.options.keys().find(|o| SECRET_OPTIONS.contains(&o.as_str()) || *o == "security.protocol") {
             return Err(IngestError::Config(format!(

@@ -210,6 +210,7 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
     let mut config = client_config(kafka)?;
     config
         .set("group.id", &kafka.group_id)
+        .set("partition.assignment.strategy", &kafka.assignor)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")

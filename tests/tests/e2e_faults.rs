@@ -14,7 +14,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use inferlog_tests::pipeline::{services, OnDrop, Pipeline};
-use inferlog_tests::{generate, produce, sigterm, wait_paused, write_jsonl};
+use inferlog_tests::{generate, produce, sigterm, wait_for, wait_paused, write_jsonl};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -52,9 +52,15 @@ fn kill_at_step(p: &Pipeline, binary: &str, args: &[&str], hook: &str, step: &st
     format!("kill -9 {binary} at {step}")
 }
 
+/// Days the compactor could not archive (their last pass failed before verification).
+const FAILED_ON_S3: &str =
+    "SELECT count(*) FROM compactor_days WHERE last_error IS NOT NULL AND state NOT IN ('verified', 'aggregated', 'releasing', 'released')";
+
 #[test]
 fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(inferlog_tests::now_ms() as u64);
+    // INFERLOG_TEST_SEED replays a schedule; the seed is the schedule's first entry.
+    let seed = std::env::var("INFERLOG_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(inferlog_tests::now_ms() as u64);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let p = Pipeline::new("e2e_faults", 4);
     let events = generate(TOTAL, 0.01, 707, 2);
     let chunks: Vec<_> = events
@@ -71,7 +77,7 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     // Small batches: ingest takes long enough for faults to land mid-stream.
     let ingest_env = [("INFERLOG_INGEST__BATCH_MAX_ROWS", "2000")];
     let daemon_env = [("INFERLOG_COMPACTOR__INTERVAL", "2s")];
-    let mut schedule = Vec::new();
+    let mut schedule = vec![format!("seed {seed}")];
 
     // The cold store is down while the compactor daemon runs: its passes
     // fail and record why, nothing is dropped.
@@ -86,6 +92,13 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     kill_9(&mut ingest);
     schedule.push(format!("kill -9 ingest at {} durable", p.ingested()));
     ingest = p.spawn("inferlog-ingest", &[], "ingest-2.log", &ingest_env);
+    // A closed day has rows now: the compactor daemon's next pass fails on S3.
+    // (Waited for, not assumed: ingest can outrun the daemon's interval.)
+    wait_for(
+        Duration::from_secs(60),
+        || p.tiers.psql(FAILED_ON_S3).parse::<u32>().unwrap_or(0) > 0,
+        || p.tiers.log("compactor-1.log"),
+    );
     // The last third arrives while ClickHouse is down: ingest holds it,
     // retries, and resumes by itself.
     wait_ingested(&p, rng.gen_range(35_000..55_000), "ingest-2.log");
@@ -101,7 +114,7 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     // The compactor daemon never got an archive out: kill it, bring S3
     // back, and kill a compactor mid-day at a random recorded state.
     kill_9(&mut compactor);
-    let failed = p.tiers.psql("SELECT count(*) FROM compactor_days WHERE last_error IS NOT NULL AND state NOT IN ('verified', 'aggregated', 'releasing', 'released')");
+    let failed = p.tiers.psql(FAILED_ON_S3);
     schedule.push(format!("kill -9 compactor daemon ({failed} days failed on S3)"));
     services("start-s3");
     let step = *["archiving", "archived", "verified", "aggregated"].choose(&mut rng).expect("a step");
