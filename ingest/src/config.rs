@@ -55,12 +55,12 @@ pub struct KafkaConfig {
     #[schemars(with = "String")]
     pub session_timeout: Duration,
     /// Longest a fetch waits at the broker for more data (librdkafka
-    /// `fetch.wait.max.ms`). Short, because some brokers (tansu) always
-    /// wait the full time. Default: "20ms".
+    /// `fetch.wait.max.ms`). Short, because some Kafka-compatible brokers
+    /// always wait the full time. Default: "20ms".
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub fetch_max_wait: Duration,
-    /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 16384.
+    /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 8192.
     pub prefetch_max_kbytes: u32,
     /// How consumer, DLQ producer and admin client connect and authenticate
     /// (protocol, sasl_mechanism, username, password_file, ca_file; the
@@ -221,7 +221,7 @@ impl Default for KafkaConfig {
             dlq_topic: "inference-events-dlq".into(),
             session_timeout: Duration::from_secs(10),
             fetch_max_wait: Duration::from_millis(20),
-            prefetch_max_kbytes: 16 * 1024,
+            prefetch_max_kbytes: 8 * 1024,
             security: KafkaSecurity::default(),
             options: BTreeMap::new(),
         }

@@ -218,7 +218,7 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
         .set("heartbeat.interval.ms", (kafka.session_timeout.as_millis() / 4).max(100).to_string())
         .set("queued.max.messages.kbytes", kafka.prefetch_max_kbytes.to_string())
         // With the prefetch queue full, librdkafka pauses a partition's
-        // fetches this long (default 1 s). Ingest empties 16 MiB in about
+        // fetches this long (default 1 s). Ingest empties the queue (8 MiB by default) in about
         // 0.15 s, so the default left it without input for most of a second
         // every few batches (runs of the benchmark at 2.2 s and at 2.9 s).
         .set("fetch.queue.backoff.ms", "50")

@@ -159,7 +159,7 @@ impl PostgresConfig {
 pub struct ColdConfig {
     /// `s3://bucket/prefix/` or `file:///absolute/dir/`. Default: "file:///var/lib/inferlog/cold/".
     pub url: String,
-    /// S3 endpoint for S3-compatible servers (MinIO, moto, Garage); empty means AWS. Default: "".
+    /// S3 endpoint for S3-compatible servers (MinIO, SeaweedFS, Garage, Ceph); empty means AWS. Default: "".
     pub endpoint: String,
     /// S3 region. Default: "us-east-1".
     pub region: String,

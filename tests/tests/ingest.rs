@@ -122,10 +122,9 @@ fn two_replicas_share_the_partitions_and_survive_one_being_killed() {
 /// starts a replacement: the group reassigns the partitions, and whoever
 /// gets the killed replica's partitions reads its uncommitted work again
 /// from its last commit, skipping what it had already stored. Totals exact.
-/// (With tansu 0.6.0 the survivor alone usually keeps only its own
-/// partitions, see above; the replacement's join makes a new generation.
-/// In one CI run the survivor had taken everything before the replacement
-/// joined, so who ends up with which partitions is not asserted.)
+/// (Whether the survivor has taken everything before the replacement
+/// joins is the broker's timing, so who ends up with which partitions is
+/// not asserted.)
 #[test]
 fn a_killed_replica_replaced_by_a_new_one_loses_and_doubles_nothing() {
     let s = Scenario::new("replaced", 8, "batch_max_rows = 5000\n");
@@ -150,8 +149,7 @@ fn a_killed_replica_replaced_by_a_new_one_loses_and_doubles_nothing() {
     let _ = a.wait();
     let rows_at_kill = s.hot_count().0;
     // The replacement joins once the group has expired A (session timeout
-    // 6 s): B's heartbeat evicts A and B rejoins. (A replacement that joins
-    // before that meets the tansu bug described above.)
+    // 6 s): B's heartbeat evicts A and B rejoins.
     let revokes_before = count("b.log", "\"revoke\"");
     let killed = Instant::now();
     while count("b.log", "\"revoke\"") == revokes_before && killed.elapsed() < Duration::from_secs(30) {
