@@ -345,6 +345,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_sasl_password_comes_from_a_file_and_never_shows_in_debug_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("kafka.password");
+        std::fs::write(&file, "s3cret-pass\n").expect("write");
+        let security = KafkaSecurity {
+            protocol: SecurityProtocol::SaslSsl,
+            username: "inferlog".into(),
+            password_file: file.display().to_string(),
+            ..KafkaSecurity::default()
+        };
+        let resolved = security.resolve().expect("resolves");
+        assert_eq!(resolved.password.as_ref().map(Secret::expose), Some("s3cret-pass"));
+        let shown = format!("{resolved:?} {security:?}");
+        assert!(!shown.contains("s3cret-pass") && shown.contains("<redacted>"), "{shown}");
+        assert_eq!(security.describe(), "SASL_SSL SCRAM-SHA-512");
+
+        let no_password = KafkaSecurity { password_file: String::new(), ..security.clone() };
+        let e = no_password.resolve().expect_err("a SASL protocol needs a password");
+        assert!(e.to_string().contains("INFERLOG_KAFKA_PASSWORD"), "{e}");
+        let mut options = KafkaConfig::default();
+        options.options.insert("sasl.password".into(), "x".into());
+        let config = Config { schema: ContractConfig::default(), kafka: options, clickhouse: ClickHouseConfig::default(), ingest: IngestConfig::default() };
+        let e = config.validate().expect_err("secrets are refused in kafka.options");
+        assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
+    }
+
+    #[test]
     fn defaults_are_valid_and_unknown_keys_are_refused() {
         let config = Config {
             schema: ContractConfig::default(),
