@@ -422,7 +422,8 @@ impl Pipeline {
                 }
                 RebalanceEvent::Assigned(list) => {
                     metrics::rebalanced(&self.metrics, "assign", &list);
-                    self.assigned_once = true;
+                    // An empty assignment is not one to drain.
+                    self.assigned_once |= !list.is_empty();
                 }
             }
         }

@@ -116,8 +116,9 @@ impl Pipeline {
         assert_eq!(
             s.psql(&format!("SELECT count(*) FROM compactor_days WHERE state = 'released' AND day IN ({released_list})")),
             released.len().to_string(),
-            "every closed day was released: {}",
-            s.psql("SELECT day, state, last_error FROM compactor_days ORDER BY day")
+            "every closed day was released: {}\ncompactor:\n{}",
+            s.psql("SELECT day, state, last_error FROM compactor_days ORDER BY day"),
+            s.log("compactor.log")
         );
 
         // Hot: exactly today's events, each once.
