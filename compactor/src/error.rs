@@ -34,3 +34,9 @@ impl CompactorError {
         }
     }
 }
+
+impl inferlog_schema::Classified for CompactorError {
+    fn class(&self) -> ErrorClass {
+        CompactorError::class(self)
+    }
+}

@@ -33,16 +33,15 @@ pub struct PassReport {
 }
 
 impl PassReport {
-    /// Exit status of a `--once` run: 0 all done, 1 a verification failed
-    /// (the work found a problem), 2 a store was unreachable or misconfigured.
+    /// Exit status of a `--once` run: 0 all done, else the code of the
+    /// gravest class among the failed days: 2 misconfigured, 75 a store
+    /// unreachable (run again), 1 a verification failed.
     pub fn exit_code(&self) -> i32 {
-        if self.failed.iter().any(|(_, e)| e.class() != ErrorClass::Reject) {
-            2
-        } else if self.failed.is_empty() {
-            0
-        } else {
-            1
-        }
+        let classes: Vec<ErrorClass> = self.failed.iter().map(|(_, e)| e.class()).collect();
+        [ErrorClass::Fail, ErrorClass::Retry, ErrorClass::Reject]
+            .into_iter()
+            .find(|c| classes.contains(c))
+            .map_or(0, |c| i32::from(c.exit_code()))
     }
 }
 

@@ -24,3 +24,9 @@ impl RetentionError {
         move |source| RetentionError::Tier { tier, source }
     }
 }
+
+impl inferlog_schema::Classified for RetentionError {
+    fn class(&self) -> ErrorClass {
+        RetentionError::class(self)
+    }
+}

@@ -22,7 +22,7 @@ pub mod reason;
 pub mod timestamp;
 
 pub use config::{ContractConfig, ErrorDictionary};
-pub use error::{ErrorClass, SchemaError};
+pub use error::{Classified, ErrorClass, SchemaError};
 pub use event::{ErrorStage, InferenceEvent, InputBucket, SCHEMA_VERSION};
 pub use hash::UserIdHasher;
 pub use normalize::{Contract, Normalized};

@@ -1,8 +1,11 @@
 //! What every command's `main` does the same way: logs to stderr (filter
 //! from `RUST_LOG`, default `info`), a multi-threaded runtime, and the exit
-//! code of the SPEC (the command's own 0/1, or 2 on a failure).
+//! code of its error's class ([`inferlog_schema::error::exit`]).
 
 use std::fmt::Display;
+
+use inferlog_schema::error::exit;
+use inferlog_schema::Classified;
 use std::future::Future;
 use std::process::ExitCode;
 
@@ -24,20 +27,22 @@ fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
     tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|_| "info,clickhouse=warn".into())
 }
 
-/// Runs `work` to completion: its code, or 2 (logged as `<command> failed`) on an error.
-pub fn run<E: Display>(command: &str, work: impl Future<Output = Result<i32, E>>) -> ExitCode {
+/// Runs `work` to completion: its code, or on an error (logged as
+/// `<command> failed`) the exit code of the error's class.
+pub fn run<E: Display + Classified>(command: &str, work: impl Future<Output = Result<i32, E>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(%e, "cannot start the runtime");
-            return ExitCode::from(2);
+            return ExitCode::from(exit::PERMANENT);
         }
     };
     match runtime.block_on(work) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            tracing::error!(error = %e, "{command} failed");
-            ExitCode::from(2)
+            let class = e.class();
+            tracing::error!(error = %e, ?class, "{command} failed");
+            ExitCode::from(class.exit_code())
         }
     }
 }

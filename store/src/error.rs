@@ -89,6 +89,12 @@ pub fn clickhouse_class(error: &clickhouse::error::Error) -> ErrorClass {
     }
 }
 
+impl inferlog_schema::Classified for StoreError {
+    fn class(&self) -> ErrorClass {
+        StoreError::class(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! The cold store goes away: with the S3 server stopped, the compactor
 //! drops no partition, records where each day stopped, reports the failure
-//! (exit 2, the object store named in the log); once the server is back,
+//! (exit 75, transient: the object store named in the log); once the server is back,
 //! the next pass completes. And the server goes away between archiving and
 //! verification: the day stays unreleased, and once the server is back it
 //! finishes with the very objects archived before the outage. Its own test
@@ -29,7 +29,7 @@ fn with_the_s3_server_stopped_no_partition_is_dropped_and_the_next_pass_complete
     services("stop-s3");
     let (code, _) = s.run("inferlog-compactor", &["--once"], "down.log");
     let log = s.log("down.log");
-    assert_eq!(code, 2, "an unreachable store is a connection error: {log}");
+    assert_eq!(code, 75, "an unreachable store is transient (exit 75): {log}");
     assert!(log.contains("day not completed in this pass") && log.contains("parquet"), "{log}");
     assert_eq!(s.hot_days(), before, "no partition dropped without a verified archive");
     assert_eq!(
@@ -75,7 +75,7 @@ fn an_outage_between_archive_and_verify_keeps_the_day_and_finishes_with_the_same
     child.kill().expect("kill -9");
     let _ = child.wait();
     let (code, _) = s.run("inferlog-compactor", &["--once"], "down.log");
-    assert_eq!(code, 2, "S3 down is a connection error: {}", s.log("down.log"));
+    assert_eq!(code, 75, "S3 down is transient (exit 75): {}", s.log("down.log"));
     assert_eq!(s.hot_days(), before, "unverified: the day stays hot");
     assert_eq!(s.psql("SELECT state FROM compactor_days"), "archived", "the day waits where it stopped");
     assert!(!s.psql("SELECT last_error FROM compactor_days").is_empty(), "the failure is recorded on the day");
