@@ -76,6 +76,8 @@ def produce(args):
         "compression.type": "none",
         "acks": "all",
         "queue.buffering.max.messages": 500000,
+        # Tests produce messages larger than a DLQ takes (the topic decides).
+        "message.max.bytes": 8 << 20,
     })
     failures = []
 

@@ -21,27 +21,30 @@ pub enum IngestError {
     KafkaRefused { brokers: String, security: String, code: rdkafka::error::RDKafkaErrorCode, reason: String },
     #[error("dlq produce of {topic}/{partition}@{offset} to {dlq_topic}: {source}")]
     DlqProduce { dlq_topic: String, topic: String, partition: i32, offset: i64, source: rdkafka::error::KafkaError },
-    #[error(
-        "kafka {topic}/{partition}: the broker does not deliver offset {expected}{}, though its log starts at {log_start}; \
-         stopping instead of skipping (nothing past {expected} is committed)",
-        .delivered.map(|d| format!(" (it delivers {d} instead)")).unwrap_or_default()
-    )]
-    OffsetNotServed { topic: String, partition: i32, expected: i64, delivered: Option<i64>, log_start: i64 },
+    #[error("not drained: {0}")]
+    NotDrained(String),
     #[error("shutdown: the final flush did not finish within {0:?}; uncommitted messages will be re-read on restart")]
     ShutdownTimeout(std::time::Duration),
 }
 
 impl IngestError {
-    /// Retry: the store or broker may come back. Fail: exit with code 2.
+    /// Retry: the store or broker may come back (exit 75 if it ends the
+    /// run). Fail: permanent, exit 2.
     /// (Bad events are never errors: they are rejections, sent to the DLQ.)
     pub fn class(&self) -> ErrorClass {
         match self {
             IngestError::ClickHouse { source, .. } => clickhouse_class(source),
-            IngestError::Kafka { .. } | IngestError::DlqProduce { .. } => ErrorClass::Retry,
+            IngestError::Kafka { .. } | IngestError::DlqProduce { .. } | IngestError::NotDrained(_) | IngestError::ShutdownTimeout(_) => ErrorClass::Retry,
             // The schema crate classifies its own errors.
             IngestError::Schema(e) => e.class(),
             IngestError::Store(e) => e.class(),
-            IngestError::Config(_) | IngestError::KafkaRefused { .. } | IngestError::ShutdownTimeout(_) | IngestError::OffsetNotServed { .. } => ErrorClass::Fail,
+            IngestError::Config(_) | IngestError::KafkaRefused { .. } => ErrorClass::Fail,
         }
+    }
+}
+
+impl inferlog_schema::Classified for IngestError {
+    fn class(&self) -> ErrorClass {
+        IngestError::class(self)
     }
 }

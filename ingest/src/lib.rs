@@ -12,6 +12,7 @@ pub mod config;
 pub mod dlq;
 pub mod error;
 pub mod metrics;
+pub mod offsets;
 pub mod pipeline;
 pub mod source;
 pub mod writer;

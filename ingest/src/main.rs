@@ -31,14 +31,14 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "invalid configuration");
-            return ExitCode::from(2);
+            return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the runtime");
-            return ExitCode::from(2);
+            return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
         }
     };
     runtime.block_on(async move {
@@ -72,8 +72,9 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                tracing::error!(error = %e, "ingest failed");
-                ExitCode::from(2)
+                let class = e.class();
+                tracing::error!(error = %e, ?class, "ingest failed");
+                ExitCode::from(class.exit_code())
             }
         }
     })

@@ -31,6 +31,7 @@ pub struct Metrics {
     rebalances: IntCounterVec,
     offset_gaps: IntCounterVec,
     offsets_lost: IntCounter,
+    dlq_truncated: IntCounter,
     caught_up_flushes: IntCounter,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
@@ -77,10 +78,11 @@ impl Metrics {
             rebalances: counter_vec("inferlog_ingest_rebalances_total", "Partition assignments and revocations", &["kind"]),
             offset_gaps: counter_vec(
                 "inferlog_ingest_offset_gaps_total",
-                "Offsets the broker skipped or did not deliver: rewound (skipped, sought back), stalled (nothing delivered below the high watermark, sought back), lost (below the log start) or stuck (not served even from the log start: ingest stops)",
+                "Gaps in the offsets a partition delivered: lost (deleted by retention before ingest read them) or skipped (transaction markers, compacted records: nothing to read)",
                 &["outcome"],
             ),
             offsets_lost: counter("inferlog_ingest_offsets_lost_total", "Offsets deleted by the broker (retention) before ingest read them"),
+            dlq_truncated: counter("inferlog_ingest_dlq_truncated_total", "Rejects larger than the DLQ takes, written truncated (headers inferlog.truncated, original size and SHA-256)"),
             caught_up_flushes: counter(
                 "inferlog_ingest_caught_up_flushes_total",
                 "Batches flushed before batch_max_age because the source was read to its end",
@@ -167,12 +169,20 @@ pub fn rebalanced(m: &Metrics, kind: &'static str, partitions: &[(String, i32)])
     tracing::info!(kind, ?partitions, "rebalance");
 }
 
-/// The broker delivered an offset past the expected one, or nothing although it holds more.
 /// Offsets below the broker's log start that ingest never read: one gap
 /// with outcome "lost", and the number of offsets in it.
 pub fn offsets_lost(m: &Metrics, offsets: i64) {
     m.offset_gaps.with_label_values(&["lost"]).inc();
     m.offsets_lost.inc_by(offsets.max(0) as u64);
+}
+
+/// A reject too large for the DLQ was written cut to `kept` bytes.
+pub fn dlq_truncated(m: &Metrics, r: &crate::dlq::Reject, kept: usize) {
+    m.dlq_truncated.inc();
+    tracing::warn!(
+        topic = %r.topic, partition = r.partition, offset = r.offset, bytes = r.payload.len(), kept,
+        "reject larger than the DLQ takes: written truncated (headers carry its size and SHA-256)"
+    );
 }
 
 pub fn offset_gap(m: &Metrics, outcome: &'static str) {

@@ -14,7 +14,7 @@
 //! flight, and nothing more is fetched beyond librdkafka's bounded prefetch,
 //! so memory stays bounded however long ClickHouse is away.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
+use crate::offsets::{self, Delivery, DrainState, PartitionEnd, PartitionState};
 use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
 use crate::writer::Writer;
 
@@ -49,144 +50,16 @@ pub struct Summary {
     pub duplicates: u64,
 }
 
-/// Per-partition state of the current assignment.
-#[derive(Debug, Default)]
-struct PartitionState {
-    /// Offsets at or past the committed one that are already stored.
-    replay: HashSet<i64>,
-    /// The next offset this partition must deliver: the committed offset at
-    /// first, then the last handled offset + 1. Nothing the broker still
-    /// holds is ever skipped.
-    expected: i64,
-    /// How far to seek back on the next gap (grows while a gap persists).
-    rewind: i64,
-    /// Seeks to the log start in a row that still did not deliver `expected`.
-    rewinds_at_log_start: u32,
-    /// The last offset delivered, new or again after a seek back (-1: none).
-    last_delivered: i64,
-    /// `last_delivered` at the previous check of the partition.
-    last_delivered_at_check: i64,
-    /// The broker re-delivered `expected - 1` after a seek (or `expected` is
-    /// the log start), so the fetch position is sound: whatever follows
-    /// will arrive. Reset by every new message.
-    end_confirmed: bool,
-    /// A probe seek for `expected - 1` was made and has not answered yet.
-    probing: bool,
-}
-
-/// What to do when a partition delivers an offset past the expected one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gap {
-    /// Seek back to this offset; what arrives before `expected` is dropped.
-    Rewind(i64),
-    /// `expected` is below the broker's log start (retention deleted it):
-    /// nothing can bring it back, so reading continues where the broker is.
-    Gone,
-    /// Seeking back to the log start did not deliver `expected`: the broker
-    /// does not serve an offset it claims to hold. Stop rather than skip it.
-    Stuck,
-}
-
-impl PartitionState {
-    fn new(replay: HashSet<i64>, expected: i64) -> PartitionState {
-        PartitionState {
-            replay,
-            expected,
-            rewind: FIRST_REWIND,
-            rewinds_at_log_start: 0,
-            last_delivered: -1,
-            last_delivered_at_check: i64::MIN,
-            end_confirmed: false,
-            probing: false,
-        }
-    }
-
-    /// Whether this partition's fetch may be stuck: nothing arrived since
-    /// the previous check (or, when `idle`, for the whole idle time), and
-    /// the broker has not yet shown that the position is sound. A re-read
-    /// after a seek back counts as arriving, so a long one is not sought
-    /// back again. tansu 0.6.0 answers a fetch that starts inside a
-    /// partition's *last* record batch with nothing at all, and its high
-    /// watermark stops at that batch's start, so neither a gap nor the
-    /// watermark reveals that.
-    fn needs_probe(&mut self, idle: bool) -> bool {
-        let unmoved = idle || self.last_delivered == self.last_delivered_at_check;
-        self.last_delivered_at_check = self.last_delivered;
-        unmoved && !self.end_confirmed
-    }
-
-    /// Where to seek so that the broker re-delivers `expected - 1`, which
-    /// proves the position sound: first `expected - 1` itself (one message
-    /// on Kafka), then, while nothing answers, the steps of a gap. `None`:
-    /// nothing to prove (`expected` is the log start, from which every
-    /// broker delivers, or below it, which the gap path handles).
-    fn probe(&mut self, log_start: i64) -> Option<Gap> {
-        if self.expected <= log_start {
-            self.end_confirmed = self.expected == log_start;
-            return None;
-        }
-        if !self.probing {
-            self.probing = true;
-            return Some(Gap::Rewind(self.expected - 1));
-        }
-        Some(self.on_gap(log_start))
-    }
-
-    /// An offset before `expected` arrived again after a seek back. If it is
-    /// `expected - 1`, the record batch holding it arrived whole, so the
-    /// next fetch starts at `expected` or at the batch that holds it.
-    fn redelivered(&mut self, offset: i64) {
-        self.last_delivered = offset;
-        if offset == self.expected - 1 {
-            self.end_confirmed = true;
-            self.probing = false;
-            self.rewind = FIRST_REWIND;
-            self.rewinds_at_log_start = 0;
-        }
-    }
-
-    /// The next offset arrived: a later gap starts rewinding afresh.
-    fn advanced_to(&mut self, offset: i64) {
-        self.expected = offset + 1;
-        self.last_delivered = offset;
-        self.rewind = FIRST_REWIND;
-        self.rewinds_at_log_start = 0;
-        self.end_confirmed = false;
-        self.probing = false;
-    }
-
-    /// Decides on a gap, given the broker's current log start. Offsets the
-    /// broker still holds are never given up: each rewind goes four times
-    /// further back, down to the log start, which is always the start of a
-    /// record batch, so a broker that serves fetches only from batch starts
-    /// (tansu 0.6.0) delivers `expected` at the latest from there.
-    fn on_gap(&mut self, log_start: i64) -> Gap {
-        if self.expected < log_start {
-            return Gap::Gone;
-        }
-        let to = self.expected.saturating_sub(self.rewind).max(log_start);
-        if to == log_start {
-            self.rewinds_at_log_start += 1;
-            if self.rewinds_at_log_start > MAX_REWINDS_AT_LOG_START {
-                return Gap::Stuck;
-            }
-        }
-        self.rewind = self.rewind.saturating_mul(4);
-        Gap::Rewind(to)
-    }
-}
-
 /// With no message for this long, the source counts as read to its end
 /// (`ingest.flush_when_caught_up_rows`). Several of librdkafka's fetch waits.
 const CAUGHT_UP_AFTER: Duration = Duration::from_millis(100);
 
-/// First rewind step when the broker skipped offsets.
-const FIRST_REWIND: i64 = 1024;
+/// With `--exit-when-idle`, how long past the idle time a member waits for
+/// its first partition (joining a group takes a few seconds).
+const NO_ASSIGNMENT_GRACE: Duration = Duration::from_secs(30);
 
-/// Seeks to the log start that may fail to deliver the expected offset
-/// before ingest stops (a message fetched before a seek can still arrive
-/// after it, so one such miss proves nothing).
-const MAX_REWINDS_AT_LOG_START: u32 = 3;
+/// With `--exit-when-idle`, how often the drain check asks the broker.
+const DRAIN_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Waits for the writer task of the batch in flight (forever if none) and
 /// returns its outcome; the batch stays in `in_flight` for the commit.
@@ -258,7 +131,7 @@ pub async fn run(
         }
     }
     let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka)?;
-    let dlq = Dlq::new(&config.kafka)?;
+    let dlq = Dlq::new(&config.kafka, metrics.clone())?;
     let mut p = Pipeline {
         recent: RecentIds::new(config.ingest.dedup_window),
         writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone()),
@@ -306,9 +179,9 @@ impl Pipeline {
         let started = Instant::now();
         let mut last_message = Instant::now();
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        let mut last_drain_check = Instant::now() - DRAIN_CHECK_EVERY;
         let mut lag_ticker = tokio::time::interval_at((Instant::now() + Duration::from_secs(2)).into(), Duration::from_secs(5));
-        // After a long flush, one check rather than a burst: two checks in a
-        // row would see no progress between them and probe for nothing.
+        // After a long flush, one check rather than a burst.
         lag_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let consumer = self.consumer.clone();
         loop {
@@ -361,20 +234,33 @@ impl Pipeline {
                     self.apply_rebalances();
                     if let Some(idle) = options.exit_when_idle {
                         // Idle counts from the first assignment (joining a group takes a while).
-                        let grace = if self.assigned_once { Duration::ZERO } else { Duration::from_secs(30) };
-                        if self.batch.is_empty() && last_message.elapsed() >= idle && started.elapsed() >= idle + grace {
-                            // Drained only once the broker has shown each fetch position sound.
-                            if self.check_partitions(true).await? {
-                                last_message = Instant::now();
-                                continue;
+                        let grace = if self.assigned_once { Duration::ZERO } else { NO_ASSIGNMENT_GRACE };
+                        let quiet = self.batch.is_empty() && self.in_flight.is_none() && last_message.elapsed() >= idle;
+                        if quiet && started.elapsed() >= idle + grace && last_drain_check.elapsed() >= DRAIN_CHECK_EVERY {
+                            last_drain_check = Instant::now();
+                            if !self.assigned_once {
+                                return Err(IngestError::NotDrained(format!(
+                                    "group {} gave this member no partition of {:?} within {}; another member holds them all, or the group is still rebalancing",
+                                    self.config.kafka.group_id,
+                                    self.config.kafka.topics,
+                                    humantime::format_duration(idle + grace)
+                                )));
                             }
-                            tracing::info!(idle = %humantime::format_duration(idle), "no new messages: drained");
-                            return Ok(());
+                            match self.drain_state().await? {
+                                Some(DrainState::Drained) => {
+                                    tracing::info!(idle = %humantime::format_duration(idle), "every partition read to its end and committed: drained");
+                                    return Ok(());
+                                }
+                                Some(DrainState::Behind { held, others }) => {
+                                    tracing::info!(?held, ?others, "not drained yet: partitions behind their end (held here, or by other members)");
+                                }
+                                None => {}
+                            }
                         }
                     }
                 }
                 _ = lag_ticker.tick() => {
-                    self.check_partitions(false).await?;
+                    self.report_lag().await?;
                 }
             }
         }
@@ -448,23 +334,14 @@ impl Pipeline {
         if !self.partitions.contains_key(&key) {
             self.start_partition(&key).await?;
         }
-        let state = match self.partitions.get_mut(&key) {
-            Some(state) if offset == state.expected => state,
-            // Before the commit point: delivered again after a rewind.
-            Some(state) if offset < state.expected => {
-                state.redelivered(offset);
-                return Ok(());
-            }
-            // Past it: the broker skipped offsets (rare; looked up again after).
-            Some(_) => {
-                if !self.skipped_offsets(&key, offset).await? {
-                    return Ok(());
-                }
-                let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
-                state
-            }
-            None => return Ok(()),
-        };
+        let Some(state) = self.partitions.get(&key) else { return Ok(()) };
+        match state.classify(offset) {
+            Delivery::Next => {}
+            // Before the commit point: delivered again (a seek or an offset reset).
+            Delivery::Again => return Ok(()),
+            Delivery::Gap => self.gap(&key, offset).await?,
+        }
+        let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
         state.advanced_to(offset);
         self.summary.messages += 1;
         consumed.inc();
@@ -547,53 +424,34 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Moves the fetch position of one partition (a broker round trip, off
-    /// the async workers). The outer error: the call's task failed.
-    async fn seek(&self, topic: &str, partition: i32, to: i64) -> Result<rdkafka::error::KafkaResult<()>, IngestError> {
-        let topic = topic.to_owned();
-        on_consumer(&self.consumer, "seek", move |consumer| consumer.seek(&topic, partition, Offset::Offset(to), Duration::from_secs(10))).await
-    }
-
-    /// The broker delivered `got` past the expected offset of `key`. Returns
-    /// whether to handle `got` now (the offsets before it are gone for good)
-    /// or to drop it (a seek back delivers the missing offsets, then it).
-    async fn skipped_offsets(&mut self, key: &PartitionKey, got: i64) -> Result<bool, IngestError> {
-        let (topic, partition) = (key.0.clone(), key.1);
-        // The log start now, not at assignment: retention moves it.
-        let t = topic.to_string();
+    /// The broker delivered `got` past the expected offset of `key`:
+    /// counts what retention deleted before ingest read it (below the log
+    /// start) and what the broker never hands out (transaction markers,
+    /// compacted records). Reading goes on from `got` either way.
+    async fn gap(&mut self, key: &PartitionKey, got: i64) -> Result<(), IngestError> {
+        let (topic, partition) = (key.0.to_string(), key.1);
+        let t = topic.clone();
         let watermarks = on_consumer(&self.consumer, "watermark", move |consumer| consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))).await?;
-        let log_start = watermarks.map(|(low, _)| low).unwrap_or_else(|error| {
-            // Unknown: assume everything is still held, so nothing is given up.
-            tracing::warn!(%topic, partition, %error, "cannot read the log start; assuming 0");
-            0
-        });
-        let Some(state) = self.partitions.get_mut(key) else { return Ok(false) };
+        let Some(state) = self.partitions.get(key) else { return Ok(()) };
         let expected = state.expected;
-        match state.on_gap(log_start) {
-            Gap::Rewind(to) => {
-                tracing::warn!(%topic, partition, expected, got, seek_to = to, "broker skipped offsets; rewinding");
-                metrics::offset_gap(&self.metrics, "rewound");
-                self.seek(&topic, partition, to).await?.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
-                Ok(false)
+        let log_start = match watermarks {
+            Ok((low, _)) => low,
+            Err(error) => {
+                // Unknown: the whole gap counts as lost, so it is never hidden.
+                tracing::warn!(%topic, partition, %error, "cannot read the log start; counting the gap as lost");
+                got
             }
-            Gap::Gone => {
-                // Only the offsets below the log start are gone; any the
-                // broker still holds before `got` are read from there.
-                let lost = log_start - expected;
-                tracing::error!(%topic, partition, expected, got, log_start, lost, "offsets are gone from the broker (retention); continuing from the log start");
-                metrics::offsets_lost(&self.metrics, lost);
-                state.expected = log_start;
-                if got == log_start {
-                    return Ok(true);
-                }
-                self.seek(&topic, partition, log_start).await?.map_err(|source| IngestError::Kafka { operation: "seek", source })?;
-                Ok(false)
-            }
-            Gap::Stuck => {
-                metrics::offset_gap(&self.metrics, "stuck");
-                Err(IngestError::OffsetNotServed { topic: topic.to_string(), partition, expected, delivered: Some(got), log_start })
-            }
+        };
+        let outcome = state.gap(got, log_start);
+        if outcome.lost > 0 {
+            tracing::error!(%topic, partition, expected, got, log_start, lost = outcome.lost, "offsets are gone from the broker (retention) before ingest read them");
+            metrics::offsets_lost(&self.metrics, outcome.lost);
         }
+        if outcome.skipped > 0 {
+            tracing::debug!(%topic, partition, expected, got, skipped = outcome.skipped, "offsets the broker does not deliver (transaction markers, compaction)");
+            metrics::offset_gap(&self.metrics, "skipped");
+        }
+        Ok(())
     }
 
     /// Hands the batch to the writer task, once the batch before it is
@@ -665,185 +523,92 @@ impl Pipeline {
         }
     }
 
-    /// Reports each assigned partition's consumer lag and probes the ones
-    /// whose fetch may be stuck ([`PartitionState::needs_probe`]); `idle`:
-    /// no message came for the whole `--exit-when-idle` time. Returns
-    /// whether a probe is under way (then the source is not drained yet).
-    async fn check_partitions(&mut self, idle: bool) -> Result<bool, IngestError> {
-        self.apply_rebalances();
-        let assigned = on_consumer(&self.consumer, "partition check", |consumer| {
+    /// Reports each assigned partition's consumer lag.
+    async fn report_lag(&mut self) -> Result<(), IngestError> {
+        let lags = on_consumer(&self.consumer, "lag check", |consumer| {
             let (Ok(assignment), Ok(positions)) = (consumer.assignment(), consumer.position()) else { return Vec::new() };
-            let mut assigned = Vec::with_capacity(assignment.count());
+            let mut lags = Vec::with_capacity(assignment.count());
             for e in assignment.elements() {
                 let (topic, partition) = (e.topic(), e.partition());
-                let Ok((low, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
+                let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
                 let position = positions.find_partition(topic, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
-                assigned.push(Watermarks { topic: topic.to_owned(), partition, low, high, position });
+                lags.push((topic.to_owned(), partition, high - position.unwrap_or(high)));
             }
-            assigned
+            lags
         })
         .await?;
-        let mut probing = false;
-        for w in assigned {
-            metrics::consumer_lag(&self.metrics, &w.topic, w.partition, w.high - w.position.unwrap_or(w.high));
-            let key: PartitionKey = (self.topic(&w.topic).0, w.partition);
-            if !self.partitions.contains_key(&key) {
-                // Nothing delivered since the assignment: the commit may lie in the last record batch.
-                self.start_partition(&key).await?;
-            }
-            let Some(state) = self.partitions.get_mut(&key) else { continue };
-            if state.needs_probe(idle) {
-                probing |= self.probe(&key, &w).await?;
-            }
+        for (topic, partition, lag) in lags {
+            metrics::consumer_lag(&self.metrics, &topic, partition, lag);
         }
-        Ok(probing)
+        Ok(())
     }
 
-    /// Seeks a partition back so that the broker re-delivers the offset
-    /// before `expected` ([`PartitionState::probe`]). Returns whether a
-    /// seek was made.
-    async fn probe(&mut self, key: &PartitionKey, w: &Watermarks) -> Result<bool, IngestError> {
-        let Some(state) = self.partitions.get_mut(key) else { return Ok(false) };
-        let (topic, partition, expected) = (w.topic.as_str(), w.partition, state.expected);
-        let to = match state.probe(w.low) {
-            None => return Ok(false),
-            Some(Gap::Rewind(to)) if to == expected - 1 => {
-                tracing::debug!(topic, partition, expected, "probing the fetch position");
-                to
-            }
-            Some(Gap::Rewind(to)) => {
-                // Routine on tansu 0.6.0 after a restart or at a quiet partition's end.
-                tracing::info!(topic, partition, expected, seek_to = to, "fetch delivers nothing; rewinding");
-                metrics::offset_gap(&self.metrics, "stalled");
-                to
-            }
-            Some(Gap::Gone) => return Ok(false),
-            Some(Gap::Stuck) => {
-                metrics::offset_gap(&self.metrics, "stuck");
-                return Err(IngestError::OffsetNotServed { topic: topic.to_owned(), partition, expected: expected - 1, delivered: None, log_start: w.low });
+    /// Whether every partition of the subscribed topics (of
+    /// `kafka.partitions` with static assignment) is read to its end by
+    /// the group. Called only with nothing buffered or in flight, so every
+    /// offset this member handled is durable: a partition it holds whose
+    /// commit is behind what it handled is committed first. `None`: the
+    /// broker did not answer (a restart, the coordinator loading); not
+    /// drained.
+    async fn drain_state(&mut self) -> Result<Option<DrainState>, IngestError> {
+        let (topics, only) = (self.config.kafka.topics.clone(), self.config.kafka.partitions.clone());
+        let looked_up = on_consumer(&self.consumer, "drain check", move |consumer| partition_ends(consumer, &topics, &only)).await?;
+        let mut ends = match looked_up {
+            Ok(ends) => ends,
+            Err(error) => {
+                tracing::info!(%error, "cannot confirm the topics are drained yet; waiting for the broker");
+                return Ok(None);
             }
         };
-        if let Err(error) = self.seek(topic, partition, to).await? {
-            // Revoked meanwhile, say: the next owner starts from the commit.
-            tracing::warn!(topic, partition, %error, "cannot seek to probe the fetch position");
-            return Ok(false);
+        let mut tpl = TopicPartitionList::new();
+        for e in ends.iter_mut().filter(|e| e.assigned) {
+            let key: PartitionKey = (self.topic(&e.topic).0, e.partition);
+            let Some(state) = self.partitions.get(&key) else { continue };
+            // Every offset handled is durable. The fetch position can be
+            // past it when the broker skipped offsets it never delivers
+            // (transaction markers), which nothing else would commit.
+            let handled = state.expected.max(e.position.unwrap_or(i64::MIN));
+            if e.committed.is_none_or(|c| c < handled) && tpl.add_partition_offset(&e.topic, e.partition, Offset::Offset(handled)).is_ok() {
+                e.committed = Some(handled);
+            }
         }
-        Ok(true)
+        if tpl.count() > 0 {
+            if let Err(error) = self.consumer.commit(&tpl, CommitMode::Sync) {
+                tracing::info!(%error, "offset commit at the drain check failed; checking again");
+                return Ok(None);
+            }
+        }
+        Ok(Some(offsets::drain_state(&ends)))
     }
 }
 
-/// One assigned partition as the broker and the consumer see it.
-struct Watermarks {
-    topic: String,
-    partition: i32,
-    /// The log start.
-    low: i64,
-    /// The high watermark: for the lag metric only (tansu's lags a batch).
-    high: i64,
-    /// The consumer's position (next offset it hands out), once known.
-    position: Option<i64>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The loss seen in a CI run of the kill -9 test: resuming at offset
-    /// 1372 inside a producer batch of more than 1024 records. The first
-    /// rewind (348) lands in the same batch, so the broker skips again; the
-    /// old rule then gave up on 1372.. although the broker held it.
-    #[test]
-    fn a_second_gap_rewinds_to_the_log_start_instead_of_giving_up() {
-        let mut state = PartitionState::new(HashSet::new(), 1372);
-        assert_eq!(state.on_gap(0), Gap::Rewind(348));
-        assert_eq!(state.on_gap(0), Gap::Rewind(0));
-    }
-
-    #[test]
-    fn rewinds_go_four_times_further_back_each_time() {
-        let mut state = PartitionState::new(HashSet::new(), 100_000);
-        let seeks: Vec<Gap> = (0..5).map(|_| state.on_gap(10)).collect();
-        assert_eq!(
-            seeks,
-            [Gap::Rewind(98_976), Gap::Rewind(95_904), Gap::Rewind(83_616), Gap::Rewind(34_464), Gap::Rewind(10)]
-        );
-    }
-
-    #[test]
-    fn only_offsets_below_the_log_start_are_given_up() {
-        let mut state = PartitionState::new(HashSet::new(), 500);
-        assert_eq!(state.on_gap(501), Gap::Gone);
-        let mut state = PartitionState::new(HashSet::new(), 501);
-        assert_eq!(state.on_gap(501), Gap::Rewind(501));
-    }
-
-    #[test]
-    fn a_broker_that_never_serves_the_offset_stops_ingest_and_progress_resets_the_count() {
-        let mut state = PartitionState::new(HashSet::new(), 10);
-        for _ in 0..MAX_REWINDS_AT_LOG_START {
-            assert_eq!(state.on_gap(0), Gap::Rewind(0));
+/// The end of every partition of `topics` (only `only` when not empty): log
+/// start, high watermark, the group's commit, and this member's position
+/// where it holds the partition. Blocking (broker round trips).
+fn partition_ends(consumer: &Consumer, topics: &[String], only: &[i32]) -> rdkafka::error::KafkaResult<Vec<PartitionEnd>> {
+    let timeout = Duration::from_secs(10);
+    let assignment = consumer.assignment()?;
+    let positions = consumer.position()?;
+    let mut ends = Vec::new();
+    let mut tpl = TopicPartitionList::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+        for t in metadata.topics() {
+            if let Some(error) = t.error() {
+                return Err(rdkafka::error::KafkaError::MetadataFetch(error.into()));
+            }
+            for p in t.partitions().iter().filter(|p| only.is_empty() || only.contains(&p.id())) {
+                let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
+                let assigned = assignment.find_partition(topic, p.id()).is_some();
+                let position = positions.find_partition(topic, p.id()).and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
+                tpl.add_partition(topic, p.id());
+                ends.push(PartitionEnd { topic: topic.clone(), partition: p.id(), low, high, committed: None, assigned, position });
+            }
         }
-        assert_eq!(state.on_gap(0), Gap::Stuck);
-
-        let mut state = PartitionState::new(HashSet::new(), 10);
-        for _ in 0..MAX_REWINDS_AT_LOG_START {
-            assert_eq!(state.on_gap(0), Gap::Rewind(0));
-        }
-        state.advanced_to(10);
-        assert_eq!((state.expected, state.rewind), (11, FIRST_REWIND));
-        assert_eq!(state.on_gap(0), Gap::Rewind(0), "a new gap after progress starts over");
     }
-
-    #[test]
-    fn a_partition_is_probed_once_it_stops_moving_until_the_broker_confirms_its_position() {
-        let mut state = PartitionState::new(HashSet::new(), 100);
-        assert!(!state.needs_probe(false), "the first check has nothing to compare with");
-        assert!(state.needs_probe(false), "no progress in a whole check interval");
-        assert!(state.needs_probe(true), "idle: at once");
-        state.advanced_to(150);
-        assert!(!state.needs_probe(false), "it moved");
-        state.redelivered(149);
-        assert!(!state.needs_probe(false), "a re-read is under way");
-        assert!(state.needs_probe(false), "149 is not the offset before expected (151)");
-        state.redelivered(150);
-        assert!(!state.needs_probe(false) && !state.needs_probe(true), "position confirmed: no probe until new messages");
-        state.advanced_to(151);
-        assert!(state.needs_probe(true), "a new message needs a new confirmation");
+    let committed = consumer.committed_offsets(tpl, timeout)?;
+    for e in &mut ends {
+        e.committed = committed.find_partition(&e.topic, e.partition).and_then(|c| c.offset().to_raw()).filter(|o| *o >= 0);
     }
-
-    /// The stall the kill -9 test hit: resuming inside the last record batch
-    /// [3500, 5100). tansu delivers nothing from 4999 or 3976, everything
-    /// from 904 (the next batch start on): 4999 comes again, which confirms.
-    #[test]
-    fn a_probe_seeks_to_the_offset_before_expected_then_further_back_like_a_gap() {
-        let mut state = PartitionState::new(HashSet::new(), 5000);
-        assert_eq!(state.probe(0), Some(Gap::Rewind(4999)));
-        assert_eq!(state.probe(0), Some(Gap::Rewind(3976)));
-        assert_eq!(state.probe(0), Some(Gap::Rewind(904)));
-        state.redelivered(903);
-        assert!(!state.end_confirmed, "not yet at expected - 1");
-        state.redelivered(4999);
-        assert!(state.end_confirmed);
-        assert_eq!((state.rewind, state.probing), (FIRST_REWIND, false), "the next probe starts afresh");
-    }
-
-    #[test]
-    fn at_the_log_start_there_is_nothing_to_probe() {
-        let mut state = PartitionState::new(HashSet::new(), 10);
-        assert_eq!(state.probe(10), None);
-        assert!(state.end_confirmed, "a fetch from the log start always delivers");
-        let mut state = PartitionState::new(HashSet::new(), 10);
-        assert_eq!(state.probe(20), None, "below the log start: the gap path gives it up when 20 arrives");
-        assert!(!state.end_confirmed);
-    }
-
-    #[test]
-    fn a_broker_that_never_redelivers_stops_ingest() {
-        let mut state = PartitionState::new(HashSet::new(), 300);
-        assert_eq!(state.probe(0), Some(Gap::Rewind(299)));
-        for _ in 0..MAX_REWINDS_AT_LOG_START {
-            assert_eq!(state.probe(0), Some(Gap::Rewind(0)));
-        }
-        assert_eq!(state.probe(0), Some(Gap::Stuck));
-    }
+    Ok(ends)
 }

@@ -239,9 +239,14 @@ impl Scenario {
 
     /// Like [`Scenario::spawn_ingest`], with extra environment (config overrides).
     pub fn spawn_ingest_with(&self, exit_when_idle: Option<&str>, log: &str, env: &[(&str, &str)]) -> Child {
+        self.spawn_ingest_on(&self.config, exit_when_idle, log, env)
+    }
+
+    /// Like [`Scenario::spawn_ingest_with`], on another config file.
+    pub fn spawn_ingest_on(&self, config: &Path, exit_when_idle: Option<&str>, log: &str, env: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(bin("inferlog-ingest"));
         cmd.envs(env.iter().copied());
-        cmd.arg("--config").arg(&self.config);
+        cmd.arg("--config").arg(config);
         if let Some(idle) = exit_when_idle {
             cmd.args(["--exit-when-idle", idle]);
         }

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use inferlog_tests::{clickhouse_u64, expected_reasons, generate, http_get, read_topic, sigterm, valid_count, write_jsonl, Scenario};
+use inferlog_tests::{
+    clickhouse_u64, expected_reasons, generate, http_get, kafkatool, read_topic, sigterm, valid_count, wait_for, wait_with_limit, write_jsonl, Scenario,
+};
 
 #[test]
 fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {
@@ -70,6 +72,34 @@ fn a_request_id_produced_twice_is_stored_once() {
     assert_eq!(s.hot_count(), (2_000, 2_000));
     assert!(read_topic(&s.dlq).is_empty(), "a retry is not an error");
     assert!(!retries.is_empty());
+}
+
+/// `--exit-when-idle` on a member the group gives no partition (another
+/// live member holds the topic's only one) never calls the topic drained:
+/// it exits 75 saying so, while the other member goes on. (The range
+/// assignor gives a partition to the member whose id sorts first, and a
+/// member id starts with `client.id`: `a-…` before `z-…`.)
+#[test]
+fn a_member_given_no_partition_exits_75_instead_of_calling_the_topic_drained() {
+    let s = Scenario::new("no_partition", 1, "");
+    let events = s.produce_generated(2_000, 0.0, 307);
+    let valid = valid_count(&events) as u64;
+    let config = std::fs::read_to_string(&s.config).expect("config");
+    let with_client_id = |id: &str| config.replacen("[kafka]\n", &format!("[kafka]\noptions = {{ \"client.id\" = \"{id}\" }}\n"), 1);
+    let (a_config, b_config) = (s.dir.path().join("a.toml"), s.dir.path().join("b.toml"));
+    std::fs::write(&a_config, with_client_id("a-holder")).expect("a.toml");
+    std::fs::write(&b_config, with_client_id("z-idle")).expect("b.toml");
+
+    let mut a = s.spawn_ingest_on(&a_config, None, "a.log", &[]);
+    wait_for(Duration::from_secs(90), || s.hot_count().0 == valid, || format!("A stores the topic: {:?}\n{}", s.hot_count(), s.log("a.log")));
+    let mut b = s.spawn_ingest_on(&b_config, Some("2s"), "b.log", &[]);
+    let status = wait_with_limit(&mut b, Duration::from_secs(120));
+    let b_log = s.log("b.log");
+    assert_eq!(status.code(), Some(75), "a member that read nothing is not drained: {b_log}");
+    assert!(b_log.contains("gave this member no partition"), "it says why: {b_log}");
+    assert!(a.try_wait().expect("try_wait").is_none(), "A goes on: {}", s.log("a.log"));
+    assert!(sigterm(&mut a, Duration::from_secs(60)).success(), "{}", s.log("a.log"));
+    assert_eq!(s.hot_count(), (valid, valid));
 }
 
 /// One of two replicas in the group is killed (`kill -9`) mid-run and no
@@ -311,4 +341,55 @@ fn a_dlq_that_cannot_take_rejects_blocks_the_commit_and_loses_nothing() {
     let sources: HashSet<String> = dlq.iter().map(|m| m["headers"]["inferlog.source.offset"].to_string()).collect();
     assert_eq!(sources.len() as u64, invalid, "every reject reached the DLQ");
     assert_eq!(clickhouse_u64(&format!("SELECT uniqExact(kafka_offset) FROM inferlog_test.{}", s.rejects_table)), invalid);
+}
+
+/// Rejects larger than the DLQ takes, between normal rejects: one over the
+/// DLQ topic's `max.message.bytes` (100 kB; the broker refuses it) and one
+/// over the producer's `message.max.bytes` (1 MB; refused at enqueue).
+/// Each is written truncated to fit, with headers giving its size and
+/// SHA-256, and counted; the rejects around them arrive whole; nothing
+/// blocks and nothing is lost.
+#[test]
+fn rejects_larger_than_the_dlq_takes_are_written_truncated_and_nothing_behind_them_is_lost() {
+    let addr = inferlog_tests::free_loopback_addr();
+    let s = Scenario::static_assignment("dlqbig", 1, &format!("metrics_addr = \"{addr}\"\n"));
+    kafkatool(&["alter-config", "--topic", &s.dlq, "max.message.bytes=100000"]);
+    kafkatool(&["alter-config", "--topic", &s.topic, "max.message.bytes=4000000"]);
+    let big = |n: usize| format!("{{\"request_id\":\"big-{n}\",\"pad\":\"{}\"}}", "x".repeat(n));
+    let lines = ["{not json".to_owned(), big(300_000), "{\"request_id\": 1}".to_owned(), big(1_500_000), "[]".to_owned()];
+    let file = s.dir.path().join("big.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    inferlog_tests::produce(&s.topic, &file);
+
+    let mut ingest = s.spawn_ingest(None, "ingest.log");
+    let logged = || {
+        let sql = format!("SELECT uniqExact(kafka_offset) FROM inferlog_test.{}", s.rejects_table);
+        inferlog_tests::try_clickhouse(&sql).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+    };
+    // Logged only once the DLQ acknowledged every one: nothing is blocked.
+    wait_for(Duration::from_secs(120), || logged() == lines.len() as u64, || s.log("ingest.log"));
+    let metrics = http_get(&addr, "/metrics");
+    assert!(metrics.contains("inferlog_ingest_dlq_truncated_total 2"), "both cuts counted: {metrics}\n{}", s.log("ingest.log"));
+    assert!(sigterm(&mut ingest, Duration::from_secs(60)).success(), "{}", s.log("ingest.log"));
+    let log = s.log("ingest.log");
+    let dlq = read_topic(&s.dlq);
+    assert_eq!(dlq.len(), lines.len(), "one DLQ message per reject: {dlq:?}");
+    let by_offset: BTreeMap<i64, &serde_json::Value> =
+        dlq.iter().map(|m| (m["headers"]["inferlog.source.offset"].as_str().expect("offset").parse().expect("number"), m)).collect();
+    for (offset, line) in lines.iter().enumerate() {
+        let m = by_offset[&(offset as i64)];
+        let headers = &m["headers"];
+        if line.len() < 100_000 {
+            assert_eq!(m["sha256"].as_str(), Some(inferlog_tests::sha256_hex(line.as_bytes()).as_str()), "whole: {m}");
+            assert!(headers.get("inferlog.truncated").is_none(), "{m}");
+        } else {
+            assert_eq!(headers["inferlog.truncated"].as_str(), Some("true"), "{m}");
+            assert_eq!(headers["inferlog.original.bytes"].as_str(), Some(line.len().to_string().as_str()), "{m}");
+            assert_eq!(headers["inferlog.original.sha256"].as_str(), Some(inferlog_tests::sha256_hex(line.as_bytes()).as_str()), "{m}");
+            let kept = m["bytes"].as_u64().expect("bytes");
+            assert!(kept > 50_000 && kept < 100_000, "cut to fit the DLQ's 100 kB: {kept}");
+            assert_eq!(headers["inferlog.reason"].as_str(), Some("event.too_large"), "{m}");
+        }
+    }
+    assert!(log.contains("written truncated"), "the cut is logged: {log}");
 }
