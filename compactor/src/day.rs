@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use inferlog_schema::config::ErrorDictionary;
+use inferlog_schema::ErrorClass;
 use inferlog_store::catalog::{Catalog, DayRecord, DayState};
 use inferlog_store::release::{release_day, Refusal, Release, ReleaseBy};
 use inferlog_store::cold::ColdStore;
@@ -150,16 +151,24 @@ impl DayWork {
         // Verify against ClickHouse as it is now.
         if state == Some(DayState::Archived) {
             let started = Instant::now();
-            let objects = if written.is_empty() { self.rehash(day, record_objects).await? } else { written };
-            // Reading the objects back and asking ClickHouse for the day's
-            // fingerprint now are independent: both at once.
-            let (now, verified) = tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &objects, &fp));
+            let (now, verified) = if written.is_empty() {
+                // After a crash: the objects as the store holds them now.
+                match self.rehash(day, record_objects).await {
+                    Ok(objects) => tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &objects, &fp)),
+                    Err(e) => (self.hot.fingerprint(day, mode).await, Err(e)),
+                }
+            } else {
+                // Reading the objects back and asking ClickHouse for the
+                // day's fingerprint now are independent: both at once.
+                tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &written, &fp))
+            };
             let now = now?;
             if now != fp {
                 return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });
             }
             let entries = match verified {
                 Ok(entries) => entries,
+                Err(e) if e.class() != ErrorClass::Reject => return Err(e),
                 Err(e) => {
                     metrics::verification_failed(&self.metrics, &e);
                     // Back to archiving: the next pass rewrites the objects.
@@ -213,7 +222,7 @@ impl DayWork {
             // One read: the digest of all of it, the footer from its tail.
             let read_back = crate::verify::ReadBackObject::fetch(&self.cold, &key, &[]).await?;
             let (bytes, sha256) = (read_back.size, read_back.sha256.clone());
-            let rows = read_back.footer_rows().await?;
+            let rows = read_back.footer_rows(day).await?;
             objects.push(WrittenObject { key, rows, bytes, sha256, fingerprint_ranges: Vec::new() });
         }
         Ok(objects)

@@ -218,12 +218,27 @@ impl AsyncFileReader for ReadBackObject {
 }
 
 impl ReadBackObject {
-    /// The row count in the object's footer, decoded from the kept tail.
-    pub async fn footer_rows(self) -> Result<u64, CompactorError> {
+    /// The row count in the object's footer, decoded from the kept tail. An
+    /// object that is not Parquet fails verification of `day`.
+    pub async fn footer_rows(self, day: Day) -> Result<u64, CompactorError> {
         let key = self.fallback.path.to_string();
-        let builder =
-            ParquetRecordBatchStreamBuilder::new(self).await.map_err(|source| CompactorError::Parquet { operation: "read footer", key, source })?;
-        Ok(builder.metadata().file_metadata().num_rows() as u64)
+        match ParquetRecordBatchStreamBuilder::new(self).await {
+            Ok(builder) => Ok(builder.metadata().file_metadata().num_rows() as u64),
+            Err(e) => Err(undecodable(day, &key, &e)),
+        }
+    }
+}
+
+/// The object read back is not the Parquet the archive writes (corrupt,
+/// or another file under the day's key): a verification failure, never
+/// retried as is (the day is archived again).
+fn undecodable(day: Day, key: &str, e: &parquet::errors::ParquetError) -> CompactorError {
+    match e {
+        // The store failed mid-read: transient, the next pass reads again.
+        parquet::errors::ParquetError::External(inner) if inner.is::<object_store::Error>() => {
+            CompactorError::Archive { day: inferlog_store::day_string(day), message: format!("reading {key} back: {e}") }
+        }
+        _ => mismatch(day, key, format!("not a readable inferlog Parquet object: {e}")),
     }
 }
 
@@ -279,7 +294,7 @@ pub async fn verify_day(
 /// The footer (row count, schema version) and the fingerprint columns of
 /// one object: (rows decoded, their aggregates).
 async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) -> Result<(u64, ReadBack), CompactorError> {
-    let parquet_err = |source| CompactorError::Parquet { operation: "read back", key: object.key.clone(), source };
+    let parquet_err = |e: parquet::errors::ParquetError| undecodable(day, &object.key, &e);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(parquet_err)?;
     let meta = builder.metadata().file_metadata();
     if meta.num_rows() as u64 != object.rows {
@@ -302,10 +317,15 @@ async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) 
     let mask = ProjectionMask::leaves(schema, leaves);
     let mut batches = builder.with_projection(mask).with_batch_size(65_536).build().map_err(parquet_err)?;
     while let Some(batch) = batches.try_next().await.map_err(parquet_err)? {
-        let ts = batch.column(0).as_primitive::<TimestampMillisecondType>();
-        let input = batch.column(1).as_primitive::<Int64Type>();
-        let output = batch.column(2).as_primitive::<Int64Type>();
-        let errors = batch.column(3).as_primitive::<Int32Type>();
+        // A file of another schema under the day's key: say which column differs.
+        let wrong_type = |i: usize| {
+            let field = batch.schema_ref().field(i).clone();
+            mismatch(day, &object.key, format!("column {} is {}, the archive writes {}", field.name(), field.data_type(), archive_type(field.name())))
+        };
+        let ts = batch.column(0).as_primitive_opt::<TimestampMillisecondType>().ok_or_else(|| wrong_type(0))?;
+        let input = batch.column(1).as_primitive_opt::<Int64Type>().ok_or_else(|| wrong_type(1))?;
+        let output = batch.column(2).as_primitive_opt::<Int64Type>().ok_or_else(|| wrong_type(2))?;
+        let errors = batch.column(3).as_primitive_opt::<Int32Type>().ok_or_else(|| wrong_type(3))?;
         total.rows += batch.num_rows() as u64;
         total.input_tokens += input.values().iter().map(|v| *v as u64).sum::<u64>();
         total.output_tokens += output.values().iter().map(|v| *v as u64).sum::<u64>();
@@ -318,10 +338,16 @@ async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) 
     Ok((total.rows, total))
 }
 
+/// The type the archive writes for column `name`, for a mismatch message.
+fn archive_type(name: &str) -> String {
+    crate::archive::archive_schema().field_with_name(name).map_or_else(|_| "no such column".to_owned(), |f| f.data_type().to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::archive::{archive_schema, ArchiveRow, BatchBuilder};
+    use inferlog_schema::ErrorClass;
     use inferlog_store::ColdConfig;
     use parquet::arrow::ArrowWriter;
     use parquet::file::metadata::KeyValue;
@@ -449,5 +475,68 @@ mod tests {
         cold.store().put(&path, bytes.into()).await.expect("put");
         let e = verify_day(&cold, day, std::slice::from_ref(&object), &expected).await.expect_err("a changed byte fails");
         assert!(e.to_string().contains("sha256"), "{e}");
+    }
+
+    /// What the compactor does after a crash between archiving and
+    /// verifying: digest the object as the store holds it, read its footer,
+    /// verify. Returns the error verification ends with.
+    async fn verify_as_relisted(cold: &ColdStore, key: &str, expected: &DayFingerprint) -> CompactorError {
+        let day = 20_416;
+        let read_back = ReadBackObject::fetch(cold, key, &[]).await.expect("fetch");
+        let (bytes, sha256) = (read_back.size, read_back.sha256.clone());
+        let rows = match read_back.footer_rows(day).await {
+            Ok(rows) => rows,
+            Err(e) => return e,
+        };
+        let object = WrittenObject { key: key.to_owned(), rows, bytes, sha256, fingerprint_ranges: Vec::new() };
+        verify_day(cold, day, &[object], expected).await.expect_err("a foreign object never verifies")
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_or_foreign_object_fails_verification_without_a_panic() {
+        use arrow_array::{Int64Array, RecordBatch, StringArray};
+        use arrow_schema::{DataType, Field, Schema};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cold = local_store(dir.path());
+        let key = "dt=2025-11-24/part-0000.parquet";
+        let (_, expected) = write_object(&cold, key, 1_000).await;
+
+        // Bytes changed after upload: the footer no longer decodes.
+        let path = Path::from(key);
+        let mut bytes = cold.store().get(&path).await.expect("get").bytes().await.expect("bytes").to_vec();
+        let len = bytes.len();
+        bytes[len - 6] ^= 0xff; // inside the footer length / magic
+        cold.store().put(&path, bytes.into()).await.expect("put");
+        let e = verify_as_relisted(&cold, key, &expected).await;
+        assert_eq!(e.class(), ErrorClass::Reject, "{e}");
+        assert!(e.to_string().contains(key) && e.to_string().contains("not a readable"), "{e}");
+
+        // A valid Parquet file of another schema, claiming our schema version.
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("timestamp", DataType::Utf8, false),
+            Field::new("input_tokens", DataType::Int64, false),
+            Field::new("output_tokens", DataType::Int64, false),
+            Field::new("error_code", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["2025-11-24"; 3])),
+                Arc::new(Int64Array::from(vec![1, 2, 3])),
+                Arc::new(Int64Array::from(vec![1, 2, 3])),
+                Arc::new(Int64Array::from(vec![0, 0, 1])),
+            ],
+        )
+        .expect("batch");
+        let properties =
+            WriterProperties::builder().set_key_value_metadata(Some(vec![KeyValue::new("inferlog.schema_version".into(), SCHEMA_VERSION.to_string())])).build();
+        let mut foreign = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut foreign, schema, Some(properties)).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        cold.store().put(&path, foreign.into()).await.expect("put");
+        let e = verify_as_relisted(&cold, key, &DayFingerprint { rows: 3, ..expected }).await;
+        assert_eq!(e.class(), ErrorClass::Reject, "{e}");
+        assert!(e.to_string().contains("column timestamp is Utf8"), "names the column and the difference: {e}");
     }
 }

@@ -146,6 +146,23 @@ impl TierScenario {
             .collect()
     }
 
+    /// Writes `bytes` under `key` in the cold bucket, with boto3 (as another tool would).
+    pub fn s3_put(&self, key: &str, bytes: &[u8]) {
+        use std::io::Write as _;
+        let script = "import sys, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='inferlog', aws_secret_access_key=sys.argv[3])\n\
+            s3.put_object(Bucket='inferlog-cold', Key=sys.argv[2], Body=sys.stdin.buffer.read())\n";
+        let mut child = Command::new("python3")
+            .args(["-c", script, &s3_endpoint(), key, &s3_secret()])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        child.stdin.take().expect("stdin").write_all(bytes).expect("write body");
+        let out = child.wait_with_output().expect("python3");
+        assert!(out.status.success(), "writing s3: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// Reads every archive object with pyarrow (`tests/scripts/read_archive.py`).
     pub fn read_archive(&self, sample: usize) -> serde_json::Value {
         let script = repo_root().join("tests/scripts/read_archive.py");

@@ -248,6 +248,42 @@ fn late_rows_after_archiving_are_archived_and_aggregated_again() {
     assert_aggregates_match(&s, &events);
 }
 
+/// After a crash between archiving and verifying, the day's object is no
+/// longer the one written (bytes changed, another tool's file under the
+/// key): verification fails naming the key and what differed, the day
+/// stays hot with `last_error`, `--once` exits 1 (never a panic); the next
+/// pass archives the day again from ClickHouse and completes.
+#[test]
+fn a_corrupt_object_after_a_crash_fails_verification_and_the_day_is_archived_again() {
+    let s = TierScenario::new("cmp_corrupt", "");
+    let day = today() - 10; // past the hot policy: released once verified
+    let events = s.seed(4_000, 1, day, 31);
+    let mut child = s.spawn("inferlog-compactor", &["--once"], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "archived")]);
+    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(120)) {
+        panic!("compactor exited ({status}) before archiving: {}", s.log("paused.log"));
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let objects = s.s3_objects();
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    let key = objects[0].0.clone();
+    s.s3_put(&key, b"PAR1 not what the compactor wrote PAR1");
+
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "corrupt.log");
+    let log = s.log("corrupt.log");
+    assert_eq!(code, 1, "a verification failure exits 1: {log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let record = s.psql(&format!("SELECT state, last_error FROM compactor_days WHERE day = '{}'", day_string(day)));
+    assert!(record.starts_with("archiving\t") && record.contains(&key) && record.contains("not a readable"), "{record}");
+    assert_eq!(s.hot_days().len(), 1, "the day stays hot");
+
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "again.log");
+    assert_eq!(code, 0, "{}", s.log("again.log"));
+    assert_eq!(s.psql("SELECT state FROM compactor_days"), "released");
+    assert_aggregates_match(&s, &events);
+    assert_eq!(s.read_archive(0).as_array().map(|o| o.iter().map(|o| o["num_rows"].as_u64().unwrap_or(0)).sum::<u64>()), Some(events.len() as u64));
+}
+
 /// Runs the compactor paused at `step`, kills it with SIGKILL there, then runs it to completion.
 fn crash_at(step: &str, seed_days: impl Fn(&TierScenario)) -> String {
     let s = TierScenario::new(&format!("cmp_kill_{step}"), "");
