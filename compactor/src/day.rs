@@ -10,7 +10,7 @@
 //!              └──── rows changed (late events) ◄─────┘
 //! ```
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_schema::ErrorClass;
@@ -26,9 +26,7 @@ use crate::error::CompactorError;
 use crate::metrics::{self, Metrics};
 use crate::verify::verify_day;
 
-/// Test hook: `INFERLOG_COMPACTOR_PAUSE_AFTER=<state>` (or `dropped`)
-/// makes the compactor stop dead right after that step is recorded, so a
-/// test can `kill -9` it at a precise point. Unset in production.
+/// Test hook ([`inferlog_store::test_hooks`]): `<state>` or `dropped`.
 pub const PAUSE_ENV: &str = "INFERLOG_COMPACTOR_PAUSE_AFTER";
 
 /// What happened to a day in one pass.
@@ -57,12 +55,7 @@ pub struct DayWork {
 }
 
 async fn pause_point(step: &str) {
-    if std::env::var(PAUSE_ENV).is_ok_and(|v| v == step) {
-        tracing::warn!(step, "{PAUSE_ENV}: pausing here until killed");
-        loop {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }
-    }
+    inferlog_store::test_hooks::pause_point(PAUSE_ENV, step).await;
 }
 
 impl DayWork {

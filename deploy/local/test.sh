@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/local/services.sh up
-cargo build --release --locked --bins
+# The test build carries the INFERLOG_*_PAUSE_AFTER hooks the crash tests
+# use (a build without the feature refuses those variables).
+cargo build --release --locked --bins --features inferlog-store/test-hooks
 deploy/check.sh
 # --release: the tests reuse the dependencies the binaries were just built
 # with (arrow, parquet, object_store, rdkafka) instead of a second debug build.

@@ -10,7 +10,6 @@
 //! - cold: the object, then its manifest row and the audit row in one
 //!   transaction; a manifest row whose object is already gone is finished.
 
-use std::time::Duration;
 
 use inferlog_store::catalog::{date_of, AuditEntry};
 use inferlog_store::release::{release_day, Release, ReleaseBy};
@@ -20,18 +19,13 @@ use serde::Serialize;
 use crate::error::RetentionError;
 use crate::inventory::{Inventory, Stores};
 
-/// Test hook: `INFERLOG_RETENTION_PAUSE_AFTER=hot|aggregates|cold` stops
-/// dead after the first deletion in that tier, before its bookkeeping where
-/// there is any, so a test can `kill -9` there. Unset in production.
+/// Test hook ([`inferlog_store::test_hooks`]): `hot|aggregates|cold` stops
+/// after the first deletion in that tier, before its bookkeeping where
+/// there is any.
 pub const PAUSE_ENV: &str = "INFERLOG_RETENTION_PAUSE_AFTER";
 
 async fn pause_point(tier: &str) {
-    if std::env::var(PAUSE_ENV).is_ok_and(|v| v == tier) {
-        tracing::warn!(tier, "{PAUSE_ENV}: pausing here until killed");
-        loop {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }
-    }
+    inferlog_store::test_hooks::pause_point(PAUSE_ENV, tier).await;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -134,6 +134,7 @@ async fn daemon(stores: &Stores, config: &Config, now: Option<&str>, dry_run: bo
 }
 
 async fn run(args: Args) -> Result<i32, RetentionError> {
+    inferlog_store::test_hooks::refuse_unless_built_in(inferlog_retention::enforce::PAUSE_ENV).map_err(RetentionError::Config)?;
     let config = Config::load(&args.config)?;
     let stores = Stores::connect(&config).await?;
     match args.command {

@@ -22,6 +22,7 @@ pub mod hot;
 pub mod http;
 pub mod policy;
 pub mod release;
+pub mod test_hooks;
 
 pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
 pub use error::StoreError;
