@@ -3,8 +3,9 @@
 //! check against an older schema (`inferlog-schema compat OLD.json`).
 //!
 //! The table documents what [`crate::normalize`] enforces; the tests in
-//! `tests/contract.rs` keep both in step by validating generated events
-//! against the schema's required fields and property types.
+//! `schema/tests/contract.rs` keep both in step: an independent validator
+//! (the `jsonschema` crate) accepts every generated valid event and refuses
+//! every generated rejection that JSON Schema can express.
 
 use std::collections::BTreeSet;
 
