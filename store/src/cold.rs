@@ -140,6 +140,16 @@ impl ColdStore {
         crate::parse_day(folder.get(..10)?).filter(|_| folder.as_bytes().get(10) == Some(&b'/'))
     }
 
+    /// A 0-byte "folder" key (`<prefix>/` or `<prefix>/dt=YYYY-MM-DD/`, which
+    /// the listing shows without its trailing slash): S3 consoles, pyarrow
+    /// and other tools leave them when they create a folder or delete the
+    /// last object in one. Not data: no tier counts or deletes them.
+    fn is_folder_marker(&self, meta: &ObjectMeta) -> bool {
+        let key = meta.location.as_ref();
+        let rest = if self.prefix.is_empty() { Some(key) } else { key.strip_prefix(&self.prefix).map(|r| r.strip_prefix('/').unwrap_or(r)) };
+        meta.size == 0 && rest.is_some_and(|r| r.is_empty() || r.strip_prefix("dt=").and_then(crate::parse_day).is_some())
+    }
+
     fn describe(&self, meta: ObjectMeta) -> ColdObject {
         let key = meta.location.to_string();
         ColdObject { day: self.day_of_key(&key), key, bytes: meta.size }
@@ -149,7 +159,7 @@ impl ColdStore {
     pub async fn list_day(&self, day: Day) -> Result<Vec<ColdObject>, StoreError> {
         let dir = Path::from(self.day_dir(day));
         let metas: Vec<ObjectMeta> = self.store.list(Some(&dir)).try_collect().await.map_err(StoreError::object("list", &dir))?;
-        let mut objects: Vec<ColdObject> = metas.into_iter().map(|m| self.describe(m)).collect();
+        let mut objects: Vec<ColdObject> = metas.into_iter().filter(|m| !self.is_folder_marker(m)).map(|m| self.describe(m)).collect();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(objects)
     }
@@ -159,7 +169,7 @@ impl ColdStore {
         let prefix = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
         let metas: Vec<ObjectMeta> =
             self.store.list(prefix.as_ref()).try_collect().await.map_err(StoreError::object("list", &self.url))?;
-        let mut objects: Vec<ColdObject> = metas.into_iter().map(|m| self.describe(m)).collect();
+        let mut objects: Vec<ColdObject> = metas.into_iter().filter(|m| !self.is_folder_marker(m)).map(|m| self.describe(m)).collect();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(objects)
     }
@@ -193,5 +203,9 @@ mod tests {
         assert_eq!(store.day_of_key("dt=2026-11-20/part-0003.parquet"), Some(day));
         assert_eq!(store.day_of_key("dt=2026-11-20x/part-0003.parquet"), None);
         assert_eq!(store.day_of_key("other/file"), None);
+        let meta = |key: &str, size: u64| ObjectMeta { location: Path::from(key), last_modified: chrono::Utc::now(), size, e_tag: None, version: None };
+        assert!(store.is_folder_marker(&meta("dt=2026-11-20", 0)), "a day folder");
+        assert!(!store.is_folder_marker(&meta("dt=2026-11-20", 10)), "bytes are data");
+        assert!(!store.is_folder_marker(&meta("dt=2026-11-20/part-0000.parquet", 0)), "an empty object is an object");
     }
 }

@@ -26,6 +26,8 @@ out = []
 pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
 for page in pages:
     for obj in page.get("Contents", []):
+        if obj["Key"].endswith("/") and obj["Size"] == 0:
+            continue  # a folder marker, not an object
         body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
         f = pq.ParquetFile(io.BytesIO(body))
         table = f.read()

@@ -241,3 +241,38 @@ fn the_daemon_publishes_the_audit_as_metrics_and_stops_on_sigterm() {
     let status = inferlog_tests::sigterm(&mut child, Duration::from_secs(20));
     assert!(status.success(), "SIGTERM between passes exits 0: {status}");
 }
+
+/// pyarrow, like S3 consoles, leaves 0-byte "folder" keys
+/// (`<prefix>/dt=YYYY-MM-DD/`) when it creates a directory or deletes the
+/// last object in one. They are not data: audit does not report them and
+/// enforce, even past every policy, ends clean with them there.
+#[test]
+fn folder_markers_left_by_pyarrow_are_not_objects() {
+    let s = scenario("ret_marker", Some(SEVEN_DAYS_MS));
+    let t = today();
+    s.seed(1_000, 1, t - 3, 71);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+    let (old, archived) = (format!("{}dt={}", s.prefix, day_string(t - 40)), format!("{}dt={}", s.prefix, day_string(t - 3)));
+    let script = "import sys\n\
+        from pyarrow import fs\n\
+        s3 = fs.S3FileSystem(endpoint_override=sys.argv[1], scheme='http', region='us-east-1', access_key='inferlog', secret_key=sys.argv[2])\n\
+        for d in sys.argv[3:]: s3.create_dir('inferlog-cold/' + d + '/empty')\n\
+        for d in sys.argv[3:]: s3.delete_dir('inferlog-cold/' + d + '/empty')\n";
+    let endpoint = inferlog_tests::tiers::s3_endpoint();
+    let endpoint = endpoint.trim_start_matches("http://");
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, endpoint, &inferlog_tests::tiers::s3_secret(), &old, &archived])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "pyarrow: {}", String::from_utf8_lossy(&out.stderr));
+    let markers: Vec<(String, u64)> = s.s3_objects().into_iter().filter(|(k, _)| k.ends_with('/')).collect();
+    assert!(!markers.is_empty(), "pyarrow left folder markers: {:?}", s.s3_objects());
+
+    let (code, report) = audit_json(&s, &at(0), "audit.log");
+    assert_eq!((code, violations(&report)), (0, vec![]), "{report}");
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(40)], "enforce.log");
+    assert_eq!(code, 0, "{stdout}\n{}", s.log("enforce.log"));
+    let (code, report) = audit_json(&s, &at(40), "audit-late.log");
+    assert_eq!((code, violations(&report)), (0, vec![]), "clean with the markers still there: {report}");
+}
