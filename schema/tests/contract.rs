@@ -57,6 +57,9 @@ fn every_rejection_json_schema_can_express_fails_validation_too() {
     }
 }
 
+/// A change that breaks a valid event.
+type Mutation = dyn Fn(&mut Value);
+
 #[test]
 fn hand_made_breaks_fail_validation_where_the_field_is() {
     let schema = validator();
@@ -64,7 +67,7 @@ fn hand_made_breaks_fail_validation_where_the_field_is() {
     assert!(schema.is_valid(&valid));
     // (field, where the validator points: the instance path, or the group
     // of alternative names for a field that has aliases)
-    let cases: [(&str, &str, Box<dyn Fn(&mut Value)>); 4] = [
+    let cases: [(&str, &str, Box<Mutation>); 4] = [
         ("model_name", "anyOf", Box::new(|v: &mut Value| drop(v.as_object_mut().map(|o| o.remove("model_name"))))),
         ("input_tokens", "/input_tokens", Box::new(|v: &mut Value| v["input_tokens"] = json!("many"))),
         ("output_tokens", "/output_tokens", Box::new(|v: &mut Value| v["output_tokens"] = json!(-1))),
