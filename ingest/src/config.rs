@@ -262,6 +262,9 @@ pub struct IngestConfig {
     pub shutdown_timeout: Duration,
     /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9464".
     pub metrics_addr: String,
+    /// Tokio worker threads: the pipeline and the writer task run on them,
+    /// broker round trips run on blocking threads beside them. Default: 2.
+    pub worker_threads: usize,
 }
 
 impl Default for IngestConfig {
@@ -276,6 +279,7 @@ impl Default for IngestConfig {
             retry_max_backoff: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(30),
             metrics_addr: "127.0.0.1:9464".into(),
+            worker_threads: 2,
         }
     }
 }
@@ -311,6 +315,9 @@ impl Config {
         }
         if k.topics.contains(&k.dlq_topic) {
             return Err(IngestError::Config("kafka.dlq_topic must not be one of kafka.topics".into()));
+        }
+        if self.ingest.worker_threads == 0 {
+            return Err(IngestError::Config("ingest.worker_threads must be at least 1".into()));
         }
         if !["cooperative-sticky", "range", "roundrobin"].contains(&k.assignor.as_str()) {
             return Err(IngestError::Config(format!("kafka.assignor {:?}: one of cooperative-sticky, range, roundrobin", k.assignor)));

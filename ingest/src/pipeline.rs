@@ -192,7 +192,7 @@ impl Pipeline {
                 biased;
                 _ = shutdown.changed() => return Ok(()),
                 // The batch in flight is durable: commit it now, not at the next hand-over.
-                written = written(&mut self.in_flight), if self.in_flight.is_some() => self.committed(written)?,
+                written = written(&mut self.in_flight), if self.in_flight.is_some() => self.committed(written).await?,
                 _ = async { tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now).into()).await }, if flush_at.is_some() => {
                     self.flush().await?;
                 }
@@ -488,15 +488,15 @@ impl Pipeline {
             return Ok(());
         }
         let result = written(&mut self.in_flight).await;
-        self.committed(result)
+        self.committed(result).await
     }
 
     /// The batch in flight was written (`result`): on success its offsets
     /// are committed.
-    fn committed(&mut self, result: Result<Result<(), IngestError>, tokio::task::JoinError>) -> Result<(), IngestError> {
+    async fn committed(&mut self, result: Result<Result<(), IngestError>, tokio::task::JoinError>) -> Result<(), IngestError> {
         let Some(InFlight { batch, started, .. }) = self.in_flight.take() else { return Ok(()) };
         result.map_err(|e| IngestError::Config(format!("writer task: {e}")))??;
-        self.commit(&batch);
+        self.commit(&batch).await?;
         let rows: usize = batch.days.values().map(Vec::len).sum();
         self.summary.rows += rows as u64;
         self.summary.rejects += batch.rejects.len() as u64;
@@ -508,7 +508,7 @@ impl Pipeline {
     /// Commits offset + 1 of every partition in the batch that this member
     /// still owns. A failed or skipped commit (say, around a rebalance) loses
     /// nothing: the rows are durable and a replay skips them.
-    fn commit(&self, batch: &Batch) {
+    async fn commit(&self, batch: &Batch) -> Result<(), IngestError> {
         let mut tpl = TopicPartitionList::with_capacity(batch.offsets.len());
         for ((topic, partition), offset) in batch.offsets.iter().filter(|(key, _)| self.partitions.contains_key(*key)) {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset + 1)) {
@@ -516,11 +516,13 @@ impl Pipeline {
             }
         }
         if tpl.count() == 0 {
-            return;
+            return Ok(());
         }
-        if let Err(error) = self.consumer.commit(&tpl, CommitMode::Sync) {
+        // A broker round trip: off the async workers.
+        if let Err(error) = on_consumer(&self.consumer, "commit", move |consumer| consumer.commit(&tpl, CommitMode::Sync)).await? {
             tracing::warn!(%error, "offset commit failed; durable rows will be skipped on replay");
         }
+        Ok(())
     }
 
     /// Reports each assigned partition's consumer lag.
@@ -573,7 +575,7 @@ impl Pipeline {
             }
         }
         if tpl.count() > 0 {
-            if let Err(error) = self.consumer.commit(&tpl, CommitMode::Sync) {
+            if let Err(error) = on_consumer(&self.consumer, "commit", move |consumer| consumer.commit(&tpl, CommitMode::Sync)).await? {
                 tracing::info!(%error, "offset commit at the drain check failed; checking again");
                 return Ok(None);
             }

@@ -60,9 +60,21 @@ impl FlushGate {
         FlushGuard(self.clone())
     }
 
-    /// Blocks the calling thread (librdkafka's rebalance callback, run by
-    /// the pipeline's `recv()`) until no batch is in flight.
+    /// Blocks the calling thread until no batch is in flight. The caller is
+    /// librdkafka's rebalance callback, run inside the pipeline's `recv()`
+    /// on a tokio worker: that worker is handed over first
+    /// (`block_in_place`), so the writer task it waits for can run even on
+    /// a runtime with a single worker (tested with `worker_threads = 1`).
     fn wait_idle(&self) {
+        let on_worker = tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_worker {
+            tokio::task::block_in_place(|| self.wait_idle_here());
+        } else {
+            self.wait_idle_here();
+        }
+    }
+
+    fn wait_idle_here(&self) {
         let Ok(mut busy) = self.busy.lock() else { return };
         if *busy {
             tracing::info!("rebalance: waiting for the batch in flight to be durable");
@@ -286,5 +298,31 @@ mod tests {
         drop(guard);
         assert!(waited.recv_timeout(Duration::from_secs(5)).is_ok(), "the revocation goes on once the batch is durable");
         waiter.join().expect("waiter thread");
+    }
+
+    /// The rebalance callback runs inside `recv()` on a tokio worker; with a
+    /// single worker, blocking it outright would starve the writer task it
+    /// waits for (a deadlock).
+    #[test]
+    fn a_revocation_on_the_only_worker_lets_the_writer_finish() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let gate = Arc::new(FlushGate::default());
+        let (done, finished) = mpsc::channel();
+        runtime.spawn({
+            let gate = gate.clone();
+            async move {
+                let guard = gate.enter();
+                let writer = tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    drop(guard);
+                });
+                gate.wait_idle(); // as the rebalance callback does
+                let _ = writer.await;
+                let _ = done.send(());
+            }
+        });
+        let outcome = finished.recv_timeout(Duration::from_secs(20));
+        runtime.shutdown_background();
+        assert!(outcome.is_ok(), "the revocation deadlocked the only worker");
     }
 }
