@@ -83,7 +83,7 @@ pub struct ErrorRow {
     pub errors: u64,
 }
 
-/// `multiIf` mapping input_tokens to the SPEC's input-length buckets.
+/// `multiIf` mapping input_tokens to the contract's input-length buckets.
 fn bucket_sql() -> String {
     let mut sql = String::from("multiIf(");
     for pair in InputBucket::ALL.windows(2) {

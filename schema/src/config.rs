@@ -46,7 +46,7 @@ impl Default for ContractConfig {
     }
 }
 
-/// The default error dictionary of SPEC §1.
+/// The default error dictionary of docs/contract.md §1.
 pub const DEFAULT_ERROR_CODES: [(i32, &str); 9] = [
     (0, "ok"),
     (1001, "gpu_oom"),

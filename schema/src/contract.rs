@@ -62,7 +62,7 @@ const fn text(max: u32) -> FieldType {
     FieldType::Text { min: 1, max, pattern: None }
 }
 
-/// The fields of schema v1, in SPEC §1 order.
+/// The fields of schema v1, in docs/contract.md §1 order.
 pub const FIELDS: [FieldSpec; 25] = [
     FieldSpec {
         aliases: &["gen_ai.response.id"],

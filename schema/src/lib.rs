@@ -1,4 +1,4 @@
-//! The inferlog event contract (SPEC §1) as code.
+//! The inferlog event contract (docs/contract.md §1) as code.
 //!
 //! Data flow: raw Kafka payload bytes → [`Contract::normalize`] →
 //! [`InferenceEvent`] (stored by ingest, archived by the compactor) or a

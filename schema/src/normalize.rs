@@ -6,7 +6,7 @@
 //! (no `serde_json::Value` tree), because this runs for every message at
 //! hundreds of thousands of events per second. Checks then run in contract
 //! order, so the reason reported for an event with several problems is
-//! deterministic: the first field in SPEC §1 order that is wrong.
+//! deterministic: the first field in docs/contract.md §1 order that is wrong.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Rejection reasons: the stable reason codes of SPEC §1 and the rejection
+//! Rejection reasons: the stable reason codes of docs/contract.md §1 and the rejection
 //! value every stage passes around (DLQ headers, metrics labels, CLI findings).
 
 use std::fmt;

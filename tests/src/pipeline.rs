@@ -1,7 +1,7 @@
 //! The whole pipeline in one scenario, for the end-to-end tests: a topic and
 //! DLQ, a hot table and rejects table, a Postgres schema and a cold prefix,
 //! one config for ingest, the compactor and retention; and the
-//! reconciliation the SPEC promises, checked against the generated input:
+//! reconciliation the contract promises, checked against the generated input:
 //! every produced event in exactly one place (hot, cold for released days,
 //! or the DLQ with its reason), no plaintext user id or PII in any tier,
 //! aggregates equal to figures computed here, and a clean audit.
@@ -97,7 +97,7 @@ impl Pipeline {
         hot + rejects
     }
 
-    /// Everything the SPEC promises once the pipeline has run to the end
+    /// Everything the contract promises once the pipeline has run to the end
     /// (ingest drained, every closed day compacted, retention enforced at
     /// [`Pipeline::later`]).
     pub fn reconcile(&self, events: &[GeneratedEvent]) {
@@ -160,7 +160,7 @@ impl Pipeline {
             assert!(dlq_messages.iter().any(|m| m["bytes"].as_u64().unwrap_or(0) > 65_536), "oversize messages reach the DLQ whole");
         }
 
-        // The reconciliation the SPEC promises.
+        // The reconciliation the contract promises.
         assert_eq!(hot_rows + cold_rows + sources.len() as u64, events.len() as u64, "produced = hot + cold + DLQ");
 
         // No plaintext user id or PII in any tier: hot rows, the rejects log,
