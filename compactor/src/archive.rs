@@ -7,36 +7,15 @@
 //! of [`BATCH_ROWS`], two batches at most wait between the ClickHouse
 //! reader task and the Parquet encoder, the encoder holds one row group,
 //! and the upload is multipart with a fixed part size.
+
 //!
-//! ## Archive schema (schema version 1)
-//!
-//! | column | Parquet type | null |
-//! |---|---|---|
-//! | timestamp | INT64 TIMESTAMP(MILLIS, UTC) | no |
-//! | request_id, business_line, model_name, model_version | BYTE_ARRAY UTF8 | no |
-//! | input_tokens, output_tokens | INT64 | no |
-//! | total_latency_ms | DOUBLE | no |
-//! | error_code | INT32 | no |
-//! | error_stage, user_id_hash, tenant, session_id, request_type | BYTE_ARRAY UTF8 | yes |
-//! | queue_wait_ms, prefill_time_ms, decode_time_ms, ttft_ms, tpot_ms | DOUBLE | yes |
-//! | gpu_id, batch_size, cache_prefix_tokens | INT64 | yes |
-//! | cache_hit, truncated | BOOLEAN | yes |
-//! | gpu_mem_peak_mb | DOUBLE | yes |
-//! | schema_version | INT32 | no |
-//! | kafka_topic | BYTE_ARRAY UTF8 | no |
-//! | kafka_partition | INT32 | no |
-//! | kafka_offset | INT64 | no |
-//! | ingested_at | INT64 TIMESTAMP(MILLIS, UTC) | no |
-//!
-//! File key-value metadata: `inferlog.schema_version`, `inferlog.day`,
-//! `inferlog.part`. Nothing in a file depends on when or from which table
-//! it was written, so re-archiving unchanged rows gives byte-identical objects.
+//! The objects' format (schema, what is recorded per object) is [`crate::format`].
 
 use std::sync::{Arc, Mutex};
 
 use arrow_array::builder::{BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use clickhouse::Row;
 use futures_util::future::BoxFuture;
@@ -56,6 +35,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::error::CompactorError;
+use crate::format::{archive_schema, fingerprint_ranges, WrittenObject};
 
 /// Rows per Arrow batch handed from the reader to the encoder.
 pub const BATCH_ROWS: usize = 32_768;
@@ -109,44 +89,6 @@ const SELECT_COLUMNS: &str = "timestamp_ms, request_id, business_line, model_nam
     total_latency_ms, error_code, error_stage, user_id_hash, tenant, session_id, request_type, queue_wait_ms, prefill_time_ms, \
     decode_time_ms, ttft_ms, tpot_ms, gpu_id, batch_size, cache_hit, cache_prefix_tokens, gpu_mem_peak_mb, truncated, \
     schema_version, kafka_topic, kafka_partition, kafka_offset, ingested_at";
-
-/// The Arrow schema of an archive object (see the module doc).
-pub fn archive_schema() -> SchemaRef {
-    let utc = || DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
-    let f = Field::new;
-    Arc::new(Schema::new(vec![
-        f("timestamp", utc(), false),
-        f("request_id", DataType::Utf8, false),
-        f("business_line", DataType::Utf8, false),
-        f("model_name", DataType::Utf8, false),
-        f("model_version", DataType::Utf8, false),
-        f("input_tokens", DataType::Int64, false),
-        f("output_tokens", DataType::Int64, false),
-        f("total_latency_ms", DataType::Float64, false),
-        f("error_code", DataType::Int32, false),
-        f("error_stage", DataType::Utf8, true),
-        f("user_id_hash", DataType::Utf8, true),
-        f("tenant", DataType::Utf8, true),
-        f("session_id", DataType::Utf8, true),
-        f("request_type", DataType::Utf8, true),
-        f("queue_wait_ms", DataType::Float64, true),
-        f("prefill_time_ms", DataType::Float64, true),
-        f("decode_time_ms", DataType::Float64, true),
-        f("ttft_ms", DataType::Float64, true),
-        f("tpot_ms", DataType::Float64, true),
-        f("gpu_id", DataType::Int64, true),
-        f("batch_size", DataType::Int64, true),
-        f("cache_hit", DataType::Boolean, true),
-        f("cache_prefix_tokens", DataType::Int64, true),
-        f("gpu_mem_peak_mb", DataType::Float64, true),
-        f("truncated", DataType::Boolean, true),
-        f("schema_version", DataType::Int32, false),
-        f("kafka_topic", DataType::Utf8, false),
-        f("kafka_partition", DataType::Int32, false),
-        f("kafka_offset", DataType::Int64, false),
-        f("ingested_at", utc(), false),
-    ]))
-}
 
 /// Text columns of the archive schema.
 const TEXT_COLUMNS: usize = 10;
@@ -278,18 +220,6 @@ impl BatchBuilder {
     }
 }
 
-/// One object as written: what verification must find when reading it back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrittenObject {
-    pub key: String,
-    pub rows: u64,
-    pub bytes: u64,
-    pub sha256: String,
-    /// Where the fingerprint columns lie, so verification keeps them while
-    /// streaming the object back; empty for an object re-listed after a crash.
-    pub fingerprint_ranges: Vec<std::ops::Range<u64>>,
-}
-
 /// Forwards Parquet bytes to a multipart upload, hashing them on the way.
 struct HashingUpload {
     inner: BufWriter,
@@ -398,7 +328,7 @@ impl Archiver {
             .ok()
             .and_then(|d| d.clone())
             .ok_or_else(|| CompactorError::Archive { day: key.clone(), message: "upload completed without a digest".into() })?;
-        Ok(WrittenObject { key, rows, bytes, sha256, fingerprint_ranges: crate::verify::fingerprint_ranges(&metadata) })
+        Ok(WrittenObject { key, rows, bytes, sha256, fingerprint_ranges: fingerprint_ranges(&metadata) })
     }
 
     /// Writes the day's rows as `part-0000`, `part-0001`, … objects of at

@@ -21,7 +21,8 @@ use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
 use inferlog_store::{Day, Policy};
 
 use crate::aggregate;
-use crate::archive::{Archiver, WrittenObject};
+use crate::archive::Archiver;
+use crate::format::WrittenObject;
 use crate::error::CompactorError;
 use crate::metrics::{self, Metrics};
 use crate::verify::verify_day;

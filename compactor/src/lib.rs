@@ -12,6 +12,7 @@ pub mod archive;
 pub mod config;
 pub mod day;
 pub mod error;
+pub mod format;
 pub mod metrics;
 pub mod service;
 pub mod verify;

@@ -35,7 +35,7 @@ use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use sha2::{Digest, Sha256};
 
-use crate::archive::WrittenObject;
+use crate::format::{archive_schema, WrittenObject, FINGERPRINT_COLUMNS};
 use crate::error::CompactorError;
 
 /// Column aggregates of the objects read back, comparable to a [`DayFingerprint`].
@@ -97,24 +97,6 @@ impl AsyncFileReader for ObjectReader {
 /// Bytes kept from the end of an object while streaming it: the footer
 /// (tens of KB for a 4M-row object) fits many times over.
 const TAIL_BYTES: u64 = 1024 * 1024;
-
-/// The byte ranges verification decodes in an object the writer described:
-/// the fingerprint columns of every row group.
-pub fn fingerprint_ranges(metadata: &ParquetMetaData) -> Vec<Range<u64>> {
-    let mut ranges = Vec::new();
-    for group in metadata.row_groups() {
-        for column in group.columns() {
-            if FINGERPRINT_COLUMNS.contains(&column.column_path().string().as_str()) {
-                let (start, length) = column.byte_range();
-                ranges.push(start..start + length);
-            }
-        }
-    }
-    ranges
-}
-
-/// The columns whose aggregates are compared with ClickHouse's fingerprint.
-const FINGERPRINT_COLUMNS: [&str; 4] = ["timestamp", "input_tokens", "output_tokens", "error_code"];
 
 /// Sorted, merged ranges of `0..size` worth keeping: the hint and the tail.
 fn kept_ranges(hint: &[Range<u64>], size: u64, tail: u64) -> Vec<Range<u64>> {
@@ -340,13 +322,14 @@ async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) 
 
 /// The type the archive writes for column `name`, for a mismatch message.
 fn archive_type(name: &str) -> String {
-    crate::archive::archive_schema().field_with_name(name).map_or_else(|_| "no such column".to_owned(), |f| f.data_type().to_string())
+    archive_schema().field_with_name(name).map_or_else(|_| "no such column".to_owned(), |f| f.data_type().to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::{archive_schema, ArchiveRow, BatchBuilder};
+    use crate::archive::{ArchiveRow, BatchBuilder};
+    use crate::format::fingerprint_ranges;
     use inferlog_schema::ErrorClass;
     use inferlog_store::ColdConfig;
     use parquet::arrow::ArrowWriter;
