@@ -69,11 +69,6 @@ struct PartitionRow {
     bytes: u64,
 }
 
-#[derive(Debug, Row, Deserialize)]
-struct VersionRow {
-    version: String,
-}
-
 /// The hot table, for reading and releasing whole days.
 #[derive(Clone)]
 pub struct HotTier {
@@ -111,33 +106,6 @@ impl HotTier {
 
     pub fn error(&self, operation: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StoreError {
         StoreError::clickhouse(operation, self.qualified())
-    }
-
-    pub async fn server_version(&self) -> Result<(u32, u32), StoreError> {
-        let row = self
-            .client
-            .query("SELECT version() AS version")
-            .fetch_one::<VersionRow>()
-            .await
-            .map_err(self.error("version"))?;
-        Ok(parse_version(&row.version))
-    }
-
-    /// Whether the table exists (ingest creates it on its first start).
-    pub async fn exists(&self) -> Result<bool, StoreError> {
-        #[derive(Debug, Row, Deserialize)]
-        struct Count {
-            n: u64,
-        }
-        let row = self
-            .client
-            .query("SELECT count() AS n FROM system.tables WHERE database = ? AND name = ?")
-            .bind(&self.database)
-            .bind(&self.table)
-            .fetch_one::<Count>()
-            .await
-            .map_err(self.error("table lookup"))?;
-        Ok(row.n > 0)
     }
 
     /// Every day partition with rows, oldest first. Empty when the table does not exist yet.
