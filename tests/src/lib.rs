@@ -112,6 +112,19 @@ pub fn log_starts(topic: &str) -> Vec<i64> {
 }
 
 /// Polls `done` every 200 ms until it is true; fails with `what()` past `limit`.
+/// The random source of a test that draws faults or kill moments: seeded
+/// from `INFERLOG_TEST_SEED` when set (a replay), else from the clock; the
+/// seed is printed either way, so any run can be replayed.
+pub fn test_rng(test: &str) -> (rand::rngs::StdRng, u64) {
+    use rand::SeedableRng as _;
+    let seed = std::env::var("INFERLOG_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(now_ms() as u64);
+    #[allow(clippy::print_stderr)] // the seed belongs in the test's output
+    {
+        eprintln!("{test}: seed {seed} (replay with INFERLOG_TEST_SEED={seed})");
+    }
+    (rand::rngs::StdRng::seed_from_u64(seed), seed)
+}
+
 pub fn wait_for(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
     let start = Instant::now();
     while !done() {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use inferlog_tests::pipeline::{services, OnDrop, Pipeline};
 use inferlog_tests::{generate, produce, sigterm, wait_for, wait_paused, write_jsonl};
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 const TOTAL: usize = 90_000;
 
@@ -58,9 +58,8 @@ const FAILED_ON_S3: &str =
 
 #[test]
 fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
-    // INFERLOG_TEST_SEED replays a schedule; the seed is the schedule's first entry.
-    let seed = std::env::var("INFERLOG_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(inferlog_tests::now_ms() as u64);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // The seed is printed and is the schedule's first entry; INFERLOG_TEST_SEED replays it.
+    let (mut rng, seed) = inferlog_tests::test_rng("fault schedule");
     let p = Pipeline::new("e2e_faults", 4);
     let events = generate(TOTAL, 0.01, 707, 2);
     let chunks: Vec<_> = events

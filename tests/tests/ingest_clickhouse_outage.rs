@@ -5,7 +5,7 @@
 //! This stops the shared ClickHouse server, so it lives alone in its test
 //! binary (cargo runs test binaries one after another).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use inferlog_tests::pipeline::{services, OnDrop};
 use inferlog_tests::{valid_count, wait_with_limit, Scenario};
@@ -30,10 +30,7 @@ fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     inferlog_tests::produce(&s.topic, &first_file);
 
     let mut child = s.spawn_ingest(Some("15s"), "ingest.log");
-    let start = Instant::now();
-    while s.hot_count().0 < 5_000 && start.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    inferlog_tests::wait_for(Duration::from_secs(120), || s.hot_count().0 >= 5_000, || s.log("ingest.log"));
     let _restart = OnDrop("start-clickhouse");
     services("stop-clickhouse");
     // The second half arrives while ClickHouse is away: work is waiting for

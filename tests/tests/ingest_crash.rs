@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use inferlog_tests::{clickhouse, kafkatool, read_topic, valid_count, Scenario};
-use rand::{Rng, SeedableRng};
+use inferlog_tests::{clickhouse, kafkatool, read_topic, valid_count, wait_for, Scenario};
+use rand::Rng;
 
 #[test]
 fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
@@ -18,16 +18,13 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
 
     // Kill k lands after k/7 of the rows are stored, plus a random delay:
     // mid-batch, mid-insert or mid-commit, wherever that falls.
-    let mut rng = rand_chacha_seed();
+    let (mut rng, seed) = inferlog_tests::test_rng("kill -9 moments");
     let mut kills = 0;
     let mut progress = Vec::new();
     while kills < 5 {
         let target = valid * (kills + 1) / 7;
         let mut child = s.spawn_ingest(None, &format!("run-{kills}.log"));
-        let start = std::time::Instant::now();
-        while s.hot_count().0 < target && start.elapsed() < Duration::from_secs(120) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(Duration::from_secs(120), || s.hot_count().0 >= target, || format!("{target} rows stored (seed {seed}): {}", s.log(&format!("run-{kills}.log"))));
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..400)));
         child.kill().expect("kill -9");
         let _ = child.wait();
@@ -36,7 +33,7 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     }
     s.drain("final.log");
     let (count, unique) = s.hot_count();
-    assert_eq!((count, unique), (valid, valid), "after {kills} kills (rows after each: {progress:?})");
+    assert_eq!((count, unique), (valid, valid), "after {kills} kills (rows after each: {progress:?}, seed {seed})");
     assert!(progress.iter().all(|&p| p > 0 && p < valid), "every kill happened mid-ingest: {progress:?}");
 
     // Rejects: ingest logged each source offset (it logs only after the DLQ
@@ -142,8 +139,4 @@ fn resume_at_and_drain(s: &Scenario, resume: i64, total: i64, log: &str) -> (Vec
     let (count, unique) = s.hot_count();
     assert_eq!(count, unique, "no row twice");
     (stored, log)
-}
-
-fn rand_chacha_seed() -> rand::rngs::StdRng {
-    rand::rngs::StdRng::seed_from_u64(inferlog_tests::now_ms() as u64)
 }
