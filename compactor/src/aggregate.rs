@@ -130,13 +130,8 @@ pub async fn compute(hot: &HotTier, day: Day, mode: ReadMode) -> Result<(Vec<Agg
         hot.qualified(),
         mode.modifier()
     );
-    let errors = hot
-        .client()
-        .query(&errors_sql)
-        .bind(inferlog_store::day_string(day))
-        .fetch_all::<ErrorRow>()
-        .await
-        .map_err(hot.error("aggregate errors"))?;
+    let errors =
+        hot.client().query(&errors_sql).bind(inferlog_store::day_string(day)).fetch_all::<ErrorRow>().await.map_err(hot.error("aggregate errors"))?;
     Ok((groups, errors))
 }
 
@@ -154,8 +149,17 @@ pub async fn store(
     sqlx::query("DELETE FROM daily_aggregates WHERE day = $1").bind(date).execute(&mut *tx).await.map_err(pg("replace aggregates"))?;
     sqlx::query("DELETE FROM daily_errors WHERE day = $1").bind(date).execute(&mut *tx).await.map_err(pg("replace aggregates"))?;
     let mut columns: Vec<String> = [
-        "day", "business_line", "model_name", "model_version", "input_bucket", "requests", "errors", "input_tokens", "output_tokens",
-        "cache_hits", "cache_prefix_tokens",
+        "day",
+        "business_line",
+        "model_name",
+        "model_version",
+        "input_bucket",
+        "requests",
+        "errors",
+        "input_tokens",
+        "output_tokens",
+        "cache_hits",
+        "cache_prefix_tokens",
     ]
     .map(String::from)
     .to_vec();

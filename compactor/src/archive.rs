@@ -27,9 +27,9 @@ use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use parquet::arrow::async_writer::{AsyncArrowWriter, AsyncFileWriter};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::schema::types::ColumnPath;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
@@ -238,9 +238,7 @@ impl AsyncFileWriter for HashingUpload {
 
     fn complete(&mut self) -> BoxFuture<'_, parquet::errors::Result<()>> {
         Box::pin(async move {
-            tokio::io::AsyncWriteExt::shutdown(&mut self.inner)
-                .await
-                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
+            tokio::io::AsyncWriteExt::shutdown(&mut self.inner).await.map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
             let digest = hex::encode(std::mem::take(&mut self.hasher).finalize());
             if let Ok(mut done) = self.done.lock() {
                 *done = Some((digest, self.bytes));
@@ -348,11 +346,11 @@ impl Archiver {
                     }
                     let Some(object) = current.as_mut() else { break };
                     let take = ((max_rows - object.rows) as usize).min(batch.num_rows() - offset);
-                    object
-                        .writer
-                        .write(&batch.slice(offset, take))
-                        .await
-                        .map_err(|source| CompactorError::Parquet { operation: "write", key: object.key.clone(), source })?;
+                    object.writer.write(&batch.slice(offset, take)).await.map_err(|source| CompactorError::Parquet {
+                        operation: "write",
+                        key: object.key.clone(),
+                        source,
+                    })?;
                     object.rows += take as u64;
                     offset += take;
                     if object.rows == max_rows {
@@ -369,7 +367,8 @@ impl Archiver {
         }
         .await;
         // The reader's error explains a closed channel; report it first.
-        let read = reader.await.map_err(|e| CompactorError::Archive { day: inferlog_store::day_string(day), message: format!("reader task: {e}") })?;
+        let read =
+            reader.await.map_err(|e| CompactorError::Archive { day: inferlog_store::day_string(day), message: format!("reader task: {e}") })?;
         read?;
         result?;
         Ok(written)

@@ -81,9 +81,7 @@ impl Config {
             return Err(CompactorError::Config("compactor.interval must be > 0".into()));
         }
         if !c.metrics_addr.is_empty() {
-            c.metrics_addr
-                .parse::<SocketAddr>()
-                .map_err(|e| CompactorError::Config(format!("compactor.metrics_addr {:?}: {e}", c.metrics_addr)))?;
+            c.metrics_addr.parse::<SocketAddr>().map_err(|e| CompactorError::Config(format!("compactor.metrics_addr {:?}: {e}", c.metrics_addr)))?;
         }
         Ok(())
     }

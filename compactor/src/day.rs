@@ -15,15 +15,15 @@ use std::time::Instant;
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_schema::ErrorClass;
 use inferlog_store::catalog::{Catalog, DayRecord, DayState};
-use inferlog_store::release::{release_day, Refusal, Release, ReleaseBy};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
+use inferlog_store::release::{release_day, Refusal, Release, ReleaseBy};
 use inferlog_store::{Day, Policy};
 
 use crate::aggregate;
 use crate::archive::Archiver;
-use crate::format::WrittenObject;
 use crate::error::CompactorError;
+use crate::format::WrittenObject;
 use crate::metrics::{self, Metrics};
 use crate::verify::verify_day;
 
@@ -118,7 +118,11 @@ impl DayWork {
                 if self.hot_policy.expired(day, today) {
                     return self.release(day).await;
                 }
-                return Err(CompactorError::RowsChanged { day: name, step: "checked", message: format!("its {} archived rows vanished from the hot tier", r.hot_rows) });
+                return Err(CompactorError::RowsChanged {
+                    day: name,
+                    step: "checked",
+                    message: format!("its {} archived rows vanished from the hot tier", r.hot_rows),
+                });
             }
             Some(r) if force || !same(r) => None,
             Some(r) => Some(r.state),
@@ -190,7 +194,11 @@ impl DayWork {
             let (groups, errors) = aggregate::compute(&self.hot, day, mode).await?;
             let now = self.hot.fingerprint(day, mode).await?;
             if now != fp {
-                return Err(CompactorError::RowsChanged { day: name, step: "aggregated", message: format!("{} became {}", fp.encode(), now.encode()) });
+                return Err(CompactorError::RowsChanged {
+                    day: name,
+                    step: "aggregated",
+                    message: format!("{} became {}", fp.encode(), now.encode()),
+                });
             }
             aggregate::store(&self.catalog, &self.dictionary, day, &groups, &errors).await?;
             metrics::stage_finished(&self.metrics, &name, "aggregate", fp.rows, started.elapsed());
@@ -198,7 +206,8 @@ impl DayWork {
         }
 
         if self.hot_policy.expired(day, today) {
-            let record = self.catalog.day(day).await?.ok_or_else(|| CompactorError::Archive { day: name.clone(), message: "day record vanished".into() })?;
+            let record =
+                self.catalog.day(day).await?.ok_or_else(|| CompactorError::Archive { day: name.clone(), message: "day record vanished".into() })?;
             self.record(day, DayState::Releasing, &fp, record.objects, record.bytes).await?;
             return self.release(day).await;
         }

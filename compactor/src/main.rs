@@ -53,9 +53,10 @@ async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
     inferlog_store::test_hooks::refuse_unless_built_in(inferlog_compactor::day::PAUSE_ENV).map_err(inferlog_compactor::CompactorError::Config)?;
     let config = Config::load(&args.config)?;
     let day = match &args.day {
-        Some(text) => Some(inferlog_store::parse_day(text).ok_or_else(|| {
-            inferlog_compactor::CompactorError::Config(format!("--day {text:?} is not a date YYYY-MM-DD"))
-        })?),
+        Some(text) => Some(
+            inferlog_store::parse_day(text)
+                .ok_or_else(|| inferlog_compactor::CompactorError::Config(format!("--day {text:?} is not a date YYYY-MM-DD")))?,
+        ),
         None => None,
     };
     let metrics = Metrics::new();

@@ -34,11 +34,10 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let day_states = registered(
-            &registry,
-            IntCounterVec::new(Opts::new("inferlog_compactor_days_total", "Days that reached a state, by state"), &["state"]),
-        );
-        let rows_archived = registered(&registry, IntCounter::new("inferlog_compactor_rows_archived_total", "Rows written to verified Parquet objects"));
+        let day_states =
+            registered(&registry, IntCounterVec::new(Opts::new("inferlog_compactor_days_total", "Days that reached a state, by state"), &["state"]));
+        let rows_archived =
+            registered(&registry, IntCounter::new("inferlog_compactor_rows_archived_total", "Rows written to verified Parquet objects"));
         let bytes_written = registered(&registry, IntCounter::new("inferlog_compactor_bytes_written_total", "Bytes of Parquet objects written"));
         let objects_written = registered(&registry, IntCounter::new("inferlog_compactor_objects_written_total", "Parquet objects written"));
         let verification_failures = registered(
@@ -56,7 +55,8 @@ impl Metrics {
                     .buckets(vec![0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0, 3600.0]),
             ),
         );
-        let days_pending = registered(&registry, IntGauge::new("inferlog_compactor_days_pending", "Closed days not yet complete after the last pass"));
+        let days_pending =
+            registered(&registry, IntGauge::new("inferlog_compactor_days_pending", "Closed days not yet complete after the last pass"));
         let stage_seconds = registered(
             &registry,
             prometheus::HistogramVec::new(

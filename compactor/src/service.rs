@@ -38,10 +38,7 @@ impl PassReport {
     /// unreachable (run again), 1 a verification failed.
     pub fn exit_code(&self) -> i32 {
         let classes: Vec<ErrorClass> = self.failed.iter().map(|(_, e)| e.class()).collect();
-        [ErrorClass::Fail, ErrorClass::Retry, ErrorClass::Reject]
-            .into_iter()
-            .find(|c| classes.contains(c))
-            .map_or(0, |c| i32::from(c.exit_code()))
+        [ErrorClass::Fail, ErrorClass::Retry, ErrorClass::Reject].into_iter().find(|c| classes.contains(c)).map_or(0, |c| i32::from(c.exit_code()))
     }
 }
 
@@ -58,12 +55,8 @@ impl Compactor {
         let cold = ColdStore::new(&config.cold)?;
         let catalog = Catalog::connect(&config.postgres).await?;
         let dictionary = config.schema.validate().map_err(inferlog_store::StoreError::from)?;
-        let archiver = Archiver {
-            hot: hot.clone(),
-            cold: cold.clone(),
-            config: config.cold.clone(),
-            sort_memory_bytes: config.compactor.sort_memory_bytes,
-        };
+        let archiver =
+            Archiver { hot: hot.clone(), cold: cold.clone(), config: config.cold.clone(), sort_memory_bytes: config.compactor.sort_memory_bytes };
         let work = DayWork { hot, cold, catalog, archiver, dictionary, hot_policy: config.retention.hot_days, metrics };
         Ok(Compactor { work, config })
     }

@@ -31,12 +31,12 @@ use futures_util::future::BoxFuture;
 use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use sha2::{Digest, Sha256};
 
-use crate::format::{archive_schema, WrittenObject, FINGERPRINT_COLUMNS};
 use crate::error::CompactorError;
+use crate::format::{archive_schema, WrittenObject, FINGERPRINT_COLUMNS};
 
 /// Column aggregates of the objects read back, comparable to a [`DayFingerprint`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -242,7 +242,11 @@ pub async fn verify_day(
         let read_back = ReadBackObject::fetch(cold, &object.key, &object.fingerprint_ranges).await?;
         let (size, sha256) = (read_back.size, read_back.sha256.clone());
         if size != object.bytes || sha256 != object.sha256 {
-            return Err(mismatch(day, &object.key, format!("read back {size} bytes sha256 {sha256}, wrote {} bytes sha256 {}", object.bytes, object.sha256)));
+            return Err(mismatch(
+                day,
+                &object.key,
+                format!("read back {size} bytes sha256 {sha256}, wrote {} bytes sha256 {}", object.bytes, object.sha256),
+            ));
         }
         let (object_rows, sums) = read_columns(read_back, day, object).await?;
         if object_rows != object.rows {
@@ -256,14 +260,7 @@ pub async fn verify_day(
             total.min_ts = Some(total.min_ts.map_or(t, |m| m.min(t)));
             total.max_ts = Some(total.max_ts.map_or(t, |m| m.max(t)));
         }
-        entries.push(ManifestEntry {
-            object_key: object.key.clone(),
-            day,
-            rows: object.rows,
-            bytes: size,
-            sha256,
-            schema_version: SCHEMA_VERSION,
-        });
+        entries.push(ManifestEntry { object_key: object.key.clone(), day, rows: object.rows, bytes: size, sha256, schema_version: SCHEMA_VERSION });
     }
     let found = total.fingerprint();
     if found != *expected {
@@ -282,10 +279,7 @@ async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) 
     if meta.num_rows() as u64 != object.rows {
         return Err(mismatch(day, &object.key, format!("footer has {} rows, wrote {}", meta.num_rows(), object.rows)));
     }
-    let version = meta
-        .key_value_metadata()
-        .and_then(|kv| kv.iter().find(|e| e.key == "inferlog.schema_version"))
-        .and_then(|e| e.value.clone());
+    let version = meta.key_value_metadata().and_then(|kv| kv.iter().find(|e| e.key == "inferlog.schema_version")).and_then(|e| e.value.clone());
     if version.as_deref() != Some(SCHEMA_VERSION.to_string().as_str()) {
         return Err(mismatch(day, &object.key, format!("schema version {version:?} in the footer, expected {SCHEMA_VERSION}")));
     }
@@ -511,8 +505,9 @@ mod tests {
             ],
         )
         .expect("batch");
-        let properties =
-            WriterProperties::builder().set_key_value_metadata(Some(vec![KeyValue::new("inferlog.schema_version".into(), SCHEMA_VERSION.to_string())])).build();
+        let properties = WriterProperties::builder()
+            .set_key_value_metadata(Some(vec![KeyValue::new("inferlog.schema_version".into(), SCHEMA_VERSION.to_string())]))
+            .build();
         let mut foreign = Vec::new();
         let mut writer = ArrowWriter::try_new(&mut foreign, schema, Some(properties)).expect("writer");
         writer.write(&batch).expect("write");

@@ -23,19 +23,10 @@ pub struct Section {
 }
 
 impl Section {
-    fn of<T: JsonSchema + Serialize + Default>(
-        name: &'static str,
-        read_by: &'static str,
-    ) -> Section {
+    fn of<T: JsonSchema + Serialize + Default>(name: &'static str, read_by: &'static str) -> Section {
         let schema = schemars::schema_for!(T).to_value();
-        let defaults = toml::Table::try_from(T::default())
-            .unwrap_or_else(|e| panic!("[{name}] defaults are not a TOML table: {e}"));
-        Section {
-            name,
-            read_by,
-            schema,
-            defaults,
-        }
+        let defaults = toml::Table::try_from(T::default()).unwrap_or_else(|e| panic!("[{name}] defaults are not a TOML table: {e}"));
+        Section { name, read_by, schema, defaults }
     }
 
     /// The doc comment of the table's type.
@@ -48,10 +39,7 @@ impl Section {
         let Some(properties) = self.schema["properties"].as_object() else {
             return Vec::new();
         };
-        properties
-            .iter()
-            .map(|(k, v)| (k.as_str(), v["description"].as_str().unwrap_or("")))
-            .collect()
+        properties.iter().map(|(k, v)| (k.as_str(), v["description"].as_str().unwrap_or(""))).collect()
     }
 }
 
@@ -59,14 +47,8 @@ impl Section {
 pub fn sections() -> Vec<Section> {
     use inferlog_store::config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
     vec![
-        Section::of::<inferlog_schema::ContractConfig>(
-            "schema",
-            "ingest, compactor, retention, inferlog-schema",
-        ),
-        Section::of::<inferlog_ingest::config::KafkaConfig>(
-            "kafka",
-            "ingest; retention (the DLQ topic)",
-        ),
+        Section::of::<inferlog_schema::ContractConfig>("schema", "ingest, compactor, retention, inferlog-schema"),
+        Section::of::<inferlog_ingest::config::KafkaConfig>("kafka", "ingest; retention (the DLQ topic)"),
         Section::of::<inferlog_ingest::config::IngestConfig>("ingest", "ingest"),
         Section::of::<ClickHouseConfig>("clickhouse", "ingest, compactor, retention"),
         Section::of::<PostgresConfig>("postgres", "compactor, retention"),
@@ -147,21 +129,14 @@ mod tests {
     fn every_setting_is_documented_with_its_default() {
         let mut missing = Vec::new();
         for section in sections() {
-            assert!(
-                !section.description().is_empty(),
-                "[{}] has no doc comment on its type",
-                section.name
-            );
+            assert!(!section.description().is_empty(), "[{}] has no doc comment on its type", section.name);
             for (key, doc) in section.settings() {
                 if !doc.contains("Default:") {
                     missing.push(format!("{}.{key}", section.name));
                 }
             }
         }
-        assert!(
-            missing.is_empty(),
-            "settings whose doc comment lacks `Default:`: {missing:?}"
-        );
+        assert!(missing.is_empty(), "settings whose doc comment lacks `Default:`: {missing:?}");
     }
 
     /// The `Default:` a doc comment states is the default the code has.
@@ -173,28 +148,18 @@ mod tests {
                 let Some(stated) = stated_default(doc) else {
                     continue;
                 };
-                let actual = section.defaults.get(key).unwrap_or_else(|| {
-                    panic!("{}.{key} states {stated} but has no default", section.name)
-                });
+                let actual = section.defaults.get(key).unwrap_or_else(|| panic!("{}.{key} states {stated} but has no default", section.name));
                 let same = match (&stated, actual) {
                     (toml::Value::String(a), toml::Value::String(b)) => {
-                        a == b
-                            || matches!((humantime::parse_duration(a), humantime::parse_duration(b)), (Ok(x), Ok(y)) if x == y)
+                        a == b || matches!((humantime::parse_duration(a), humantime::parse_duration(b)), (Ok(x), Ok(y)) if x == y)
                     }
                     (a, b) => a == b,
                 };
-                assert!(
-                    same,
-                    "{}.{key}: the doc says the default is {stated}, the code has {actual}",
-                    section.name
-                );
+                assert!(same, "{}.{key}: the doc says the default is {stated}, the code has {actual}", section.name);
                 checked += 1;
             }
         }
-        assert!(
-            checked >= 30,
-            "only {checked} stated defaults were literals"
-        );
+        assert!(checked >= 30, "only {checked} stated defaults were literals");
     }
 
     /// The literal after `Default: ` (a number, a string or a list), if any.
@@ -216,10 +181,7 @@ mod tests {
         comment(&mut out, &format!("{}\n\nsecond", "word ".repeat(30)));
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines.len() >= 3, "{out}");
-        assert!(
-            lines.iter().all(|l| l.len() <= 78 && l.starts_with("# ")),
-            "{out}"
-        );
+        assert!(lines.iter().all(|l| l.len() <= 78 && l.starts_with("# ")), "{out}");
         assert_eq!(lines.last(), Some(&"# second"));
     }
 }

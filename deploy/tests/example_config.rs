@@ -9,15 +9,11 @@ fn example_path() -> PathBuf {
 
 #[test]
 fn the_committed_example_is_what_the_code_generates() {
-    let committed =
-        std::fs::read_to_string(example_path()).expect("read deploy/inferlog.example.toml");
+    let committed = std::fs::read_to_string(example_path()).expect("read deploy/inferlog.example.toml");
     let generated = inferlog_deploy::example_config();
     if committed != generated {
-        let first = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(committed.lines().count().min(generated.lines().count()));
+        let first =
+            committed.lines().zip(generated.lines()).position(|(a, b)| a != b).unwrap_or(committed.lines().count().min(generated.lines().count()));
         panic!(
             "deploy/inferlog.example.toml drifted from the config types (first difference at line {}: committed {:?}, generated {:?}); \
              regenerate it: cargo run -p inferlog-deploy --bin inferlog-config-example > deploy/inferlog.example.toml",
@@ -32,20 +28,10 @@ fn the_committed_example_is_what_the_code_generates() {
 fn every_component_loads_the_example_and_gets_its_defaults() {
     let path = example_path();
     let ingest = inferlog_ingest::Config::load(&path).expect("ingest loads the example");
-    assert_eq!(
-        ingest.kafka,
-        inferlog_ingest::config::KafkaConfig::default()
-    );
-    assert_eq!(
-        ingest.ingest,
-        inferlog_ingest::config::IngestConfig::default()
-    );
-    assert_eq!(
-        ingest.clickhouse,
-        inferlog_store::ClickHouseConfig::default()
-    );
-    let compactor =
-        inferlog_compactor::config::Config::load(&path).expect("compactor loads the example");
+    assert_eq!(ingest.kafka, inferlog_ingest::config::KafkaConfig::default());
+    assert_eq!(ingest.ingest, inferlog_ingest::config::IngestConfig::default());
+    assert_eq!(ingest.clickhouse, inferlog_store::ClickHouseConfig::default());
+    let compactor = inferlog_compactor::config::Config::load(&path).expect("compactor loads the example");
     assert_eq!(compactor, inferlog_compactor::config::Config::default());
     let retention = inferlog_retention::Config::load(&path).expect("retention loads the example");
     assert_eq!(retention, inferlog_retention::Config::default());
@@ -53,23 +39,13 @@ fn every_component_loads_the_example_and_gets_its_defaults() {
 
 #[test]
 fn every_table_and_setting_of_the_code_is_in_the_example() {
-    let example: toml::Table = std::fs::read_to_string(example_path())
-        .expect("read")
-        .parse()
-        .expect("the example is TOML");
+    let example: toml::Table = std::fs::read_to_string(example_path()).expect("read").parse().expect("the example is TOML");
     for section in inferlog_deploy::sections() {
-        let table = example
-            .get(section.name)
-            .and_then(|t| t.as_table())
-            .unwrap_or_else(|| panic!("[{}] missing", section.name));
+        let table = example.get(section.name).and_then(|t| t.as_table()).unwrap_or_else(|| panic!("[{}] missing", section.name));
         let text = std::fs::read_to_string(example_path()).expect("read");
         for (key, _) in section.settings() {
             // Settings without a default are present, commented out.
-            assert!(
-                table.contains_key(key) || text.contains(&format!("\n# {key} = ")),
-                "{}.{key} is not in the example",
-                section.name
-            );
+            assert!(table.contains_key(key) || text.contains(&format!("\n# {key} = ")), "{}.{key} is not in the example", section.name);
         }
     }
 }

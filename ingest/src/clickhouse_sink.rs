@@ -248,12 +248,7 @@ impl ClickHouseSink {
     }
 
     pub async fn server_version(&self) -> Result<String, IngestError> {
-        let row = self
-            .admin
-            .query("SELECT version() AS version")
-            .fetch_one::<VersionRow>()
-            .await
-            .map_err(|e| self.error("version", "-", e))?;
+        let row = self.admin.query("SELECT version() AS version").fetch_one::<VersionRow>().await.map_err(|e| self.error("version", "-", e))?;
         Ok(row.version)
     }
 
@@ -295,10 +290,8 @@ impl ClickHouseSink {
     }
 
     async fn has_offset(&self, table: &str, topic: &str, partition: u16, offset: u64) -> Result<bool, IngestError> {
-        let sql = format!(
-            "SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ? LIMIT 1",
-            self.database
-        );
+        let sql =
+            format!("SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ? LIMIT 1", self.database);
         let rows = self
             .client
             .query(&sql)
@@ -331,10 +324,8 @@ impl ClickHouseSink {
     pub async fn stored_offsets(&self, topic: &str, partition: i32, from: i64) -> Result<HashSet<i64>, IngestError> {
         let mut stored = HashSet::new();
         for table in [&self.table, &self.rejects_table] {
-            let sql = format!(
-                "SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ?",
-                self.database
-            );
+            let sql =
+                format!("SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ?", self.database);
             let rows = self
                 .client
                 .query(&sql)

@@ -339,9 +339,7 @@ impl Config {
             return Err(IngestError::Config("ingest.batch_max_bytes >= 1024, batch_max_age and retry_initial_backoff > 0".into()));
         }
         if !i.metrics_addr.is_empty() {
-            i.metrics_addr
-                .parse::<SocketAddr>()
-                .map_err(|e| IngestError::Config(format!("ingest.metrics_addr {:?}: {e}", i.metrics_addr)))?;
+            i.metrics_addr.parse::<SocketAddr>().map_err(|e| IngestError::Config(format!("ingest.metrics_addr {:?}: {e}", i.metrics_addr)))?;
         }
         Ok(())
     }
@@ -373,7 +371,8 @@ mod tests {
         assert!(e.to_string().contains("INFERLOG_KAFKA_PASSWORD"), "{e}");
         let mut options = KafkaConfig::default();
         options.options.insert("sasl.password".into(), "x".into());
-        let config = Config { schema: ContractConfig::default(), kafka: options, clickhouse: ClickHouseConfig::default(), ingest: IngestConfig::default() };
+        let config =
+            Config { schema: ContractConfig::default(), kafka: options, clickhouse: ClickHouseConfig::default(), ingest: IngestConfig::default() };
         let e = config.validate().expect_err("secrets are refused in kafka.options");
         assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
     }

@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use inferlog_schema::timestamp::format_rfc3339_ms;
 use inferlog_schema::Rejection;
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use sha2::Digest as _;
@@ -286,13 +286,7 @@ impl Dlq {
     }
 
     fn error(&self, r: &Reject, source: rdkafka::error::KafkaError) -> IngestError {
-        IngestError::DlqProduce {
-            dlq_topic: self.topic.clone(),
-            topic: r.topic.to_string(),
-            partition: r.partition,
-            offset: r.offset,
-            source,
-        }
+        IngestError::DlqProduce { dlq_topic: self.topic.clone(), topic: r.topic.to_string(), partition: r.partition, offset: r.offset, source }
     }
 
     /// Waits for anything still queued (at shutdown).

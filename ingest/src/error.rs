@@ -34,7 +34,9 @@ impl IngestError {
     pub fn class(&self) -> ErrorClass {
         match self {
             IngestError::ClickHouse { source, .. } => clickhouse_class(source),
-            IngestError::Kafka { .. } | IngestError::DlqProduce { .. } | IngestError::NotDrained(_) | IngestError::ShutdownTimeout(_) => ErrorClass::Retry,
+            IngestError::Kafka { .. } | IngestError::DlqProduce { .. } | IngestError::NotDrained(_) | IngestError::ShutdownTimeout(_) => {
+                ErrorClass::Retry
+            }
             // The schema crate classifies its own errors.
             IngestError::Schema(e) => e.class(),
             IngestError::Store(e) => e.class(),

@@ -101,7 +101,10 @@ pub enum DrainState {
     Drained,
     /// Some are behind: `held` by this member, `others` by other members
     /// of the group (or by nobody yet).
-    Behind { held: Vec<(String, i32, i64)>, others: Vec<(String, i32, i64)> },
+    Behind {
+        held: Vec<(String, i32, i64)>,
+        others: Vec<(String, i32, i64)>,
+    },
 }
 
 /// The drain state of `ends` (an empty list is not drained: nothing was seen).
@@ -110,7 +113,11 @@ pub fn drain_state(ends: &[PartitionEnd]) -> DrainState {
     for e in ends.iter().filter(|e| !e.drained()) {
         let behind = e.high - e.committed.unwrap_or(i64::MIN).max(e.low);
         let entry = (e.topic.clone(), e.partition, behind);
-        if e.assigned { held.push(entry) } else { others.push(entry) }
+        if e.assigned {
+            held.push(entry)
+        } else {
+            others.push(entry)
+        }
     }
     if held.is_empty() && others.is_empty() && !ends.is_empty() {
         DrainState::Drained
@@ -147,7 +154,11 @@ mod tests {
 
     #[test]
     fn drained_means_every_partition_committed_to_its_end() {
-        assert_eq!(drain_state(&[end(0, 0, 10, Some(10), true), end(1, 0, 0, None, false)]), DrainState::Drained, "an empty partition has nothing to read");
+        assert_eq!(
+            drain_state(&[end(0, 0, 10, Some(10), true), end(1, 0, 0, None, false)]),
+            DrainState::Drained,
+            "an empty partition has nothing to read"
+        );
         assert_eq!(drain_state(&[end(0, 50, 50, Some(3), false)]), DrainState::Drained, "retention deleted everything");
         assert_eq!(
             drain_state(&[end(0, 0, 10, Some(4), true), end(1, 0, 7, None, false)]),

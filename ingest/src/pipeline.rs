@@ -72,7 +72,11 @@ async fn written(in_flight: &mut Option<InFlight>) -> Result<Result<(), IngestEr
 
 /// Runs a blocking call of the consumer (broker round trips) off the async
 /// workers; `what` names the call if its task panics.
-async fn on_consumer<T: Send + 'static>(consumer: &Arc<Consumer>, what: &'static str, call: impl FnOnce(&Consumer) -> T + Send + 'static) -> Result<T, IngestError> {
+async fn on_consumer<T: Send + 'static>(
+    consumer: &Arc<Consumer>,
+    what: &'static str,
+    call: impl FnOnce(&Consumer) -> T + Send + 'static,
+) -> Result<T, IngestError> {
     let consumer = consumer.clone();
     tokio::task::spawn_blocking(move || call(&consumer)).await.map_err(|e| IngestError::Config(format!("{what} task: {e}")))
 }
@@ -105,12 +109,7 @@ struct Pipeline {
 
 /// Runs until `shutdown` flips to true (then flushes and commits) or, with
 /// `exit_when_idle`, until the topics are drained.
-pub async fn run(
-    config: Config,
-    options: RunOptions,
-    metrics: Metrics,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<Summary, IngestError> {
+pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shutdown: watch::Receiver<bool>) -> Result<Summary, IngestError> {
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
     let sink = ClickHouseSink::new(&config.clickhouse)?;
@@ -371,15 +370,8 @@ impl Pipeline {
             }
             Err(rejection) => {
                 metrics::event_rejected(&self.metrics, rejection.reason.as_str());
-                let reject = Reject {
-                    payload: payload.to_vec(),
-                    key: message.key().map(<[u8]>::to_vec),
-                    rejection,
-                    topic,
-                    partition,
-                    offset,
-                    received_ms,
-                };
+                let reject =
+                    Reject { payload: payload.to_vec(), key: message.key().map(<[u8]>::to_vec), rejection, topic, partition, offset, received_ms };
                 self.batch.push_reject(reject, key);
             }
         }
@@ -431,7 +423,8 @@ impl Pipeline {
     async fn gap(&mut self, key: &PartitionKey, got: i64) -> Result<(), IngestError> {
         let (topic, partition) = (key.0.to_string(), key.1);
         let t = topic.clone();
-        let watermarks = on_consumer(&self.consumer, "watermark", move |consumer| consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))).await?;
+        let watermarks =
+            on_consumer(&self.consumer, "watermark", move |consumer| consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))).await?;
         let Some(state) = self.partitions.get(key) else { return Ok(()) };
         let expected = state.expected;
         let log_start = match watermarks {

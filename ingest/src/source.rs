@@ -238,9 +238,7 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
         .set("fetch.max.bytes", (16 * 1024 * 1024).to_string())
         .set("max.partition.fetch.bytes", (4 * 1024 * 1024).to_string());
 
-    let consumer: Consumer = config
-        .create_with_context(context)
-        .map_err(|source| IngestError::Kafka { operation: "create consumer", source })?;
+    let consumer: Consumer = config.create_with_context(context).map_err(|source| IngestError::Kafka { operation: "create consumer", source })?;
     match kafka.assignment {
         Assignment::Group => {
             let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();

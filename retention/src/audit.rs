@@ -85,10 +85,20 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str,
     let hot_days: Vec<Day> = inventory.hot.iter().map(|p| p.day).collect();
     for p in inventory.hot.iter().filter(|p| policies.hot_days.expired(p.day, today)) {
         if inventory.verified_archive(p.day) {
-            v("hot", day_string(p.day), "expired.present", format!("{} rows past the {} policy; the archive is verified, enforce drops it", p.rows, policies.hot_days));
+            v(
+                "hot",
+                day_string(p.day),
+                "expired.present",
+                format!("{} rows past the {} policy; the archive is verified, enforce drops it", p.rows, policies.hot_days),
+            );
         } else {
             let state = inventory.days.get(&p.day).map_or("none", |r| r.state.as_str());
-            v("hot", day_string(p.day), "hot.unarchived", format!("{} rows past the {} policy without a verified archive (compactor state: {state}); not dropped", p.rows, policies.hot_days));
+            v(
+                "hot",
+                day_string(p.day),
+                "hot.unarchived",
+                format!("{} rows past the {} policy without a verified archive (compactor state: {state}); not dropped", p.rows, policies.hot_days),
+            );
         }
     }
 
@@ -101,9 +111,8 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str,
     // Cold: one unit per object.
     let listed: HashSet<&str> = inventory.objects.iter().map(|o| o.key.as_str()).collect();
     let manifested: HashSet<&str> = inventory.manifest.iter().map(|m| m.object_key.as_str()).collect();
-    let in_progress = |day: Option<Day>| {
-        day.and_then(|d| inventory.days.get(&d)).is_some_and(|r| matches!(r.state, DayState::Archiving | DayState::Archived))
-    };
+    let in_progress =
+        |day: Option<Day>| day.and_then(|d| inventory.days.get(&d)).is_some_and(|r| matches!(r.state, DayState::Archiving | DayState::Archived));
     let cold_days: Vec<Day> = inventory.objects.iter().filter_map(|o| o.day).collect();
     for o in &inventory.objects {
         if o.day.is_some_and(|d| policies.cold_days.expired(d, today)) {
@@ -114,7 +123,12 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str,
         }
     }
     for m in inventory.manifest.iter().filter(|m| !listed.contains(m.object_key.as_str())) {
-        v("cold", m.object_key.clone(), "manifest.object_missing", format!("the manifest lists {} rows of {} in it, the store does not have it", m.rows, day_string(m.day)));
+        v(
+            "cold",
+            m.object_key.clone(),
+            "manifest.object_missing",
+            format!("the manifest lists {} rows of {} in it, the store does not have it", m.rows, day_string(m.day)),
+        );
     }
 
     // The DLQ holds rejected raw events: no longer than the hot tier holds accepted ones.

@@ -10,7 +10,6 @@
 //! - cold: the object, then its manifest row and the audit row in one
 //!   transaction; a manifest row whose object is already gone is finished.
 
-
 use inferlog_store::catalog::{date_of, AuditEntry};
 use inferlog_store::release::{release_day, Release, ReleaseBy};
 use inferlog_store::{day_string, Day, RetentionConfig, StoreError};
@@ -65,9 +64,14 @@ impl Action {
     }
 }
 
-
 /// Deletes (or, with `dry_run`, lists) every expired unit.
-pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &RetentionConfig, today: Day, dry_run: bool) -> Result<Vec<Action>, RetentionError> {
+pub async fn enforce(
+    stores: &Stores,
+    inventory: &Inventory,
+    policies: &RetentionConfig,
+    today: Day,
+    dry_run: bool,
+) -> Result<Vec<Action>, RetentionError> {
     let mut actions = Vec::new();
     let catalog = &stores.catalog;
     let tier_err = RetentionError::tier;
@@ -143,14 +147,19 @@ pub async fn enforce(stores: &Stores, inventory: &Inventory, policies: &Retentio
 async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig, dry_run: bool) -> Result<u64, StoreError> {
     let pg = StoreError::postgres;
     let mut tx = stores.catalog.pool().begin().await.map_err(pg("begin"))?;
-    let count: i64 = sqlx::query_scalar("SELECT (SELECT count(*) FROM daily_aggregates WHERE day = $1) + (SELECT count(*) FROM daily_errors WHERE day = $1)")
-        .bind(date_of(day))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(pg("count aggregates"))?;
+    let count: i64 =
+        sqlx::query_scalar("SELECT (SELECT count(*) FROM daily_aggregates WHERE day = $1) + (SELECT count(*) FROM daily_errors WHERE day = $1)")
+            .bind(date_of(day))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(pg("count aggregates"))?;
     if !dry_run {
         for table in ["daily_aggregates", "daily_errors"] {
-            sqlx::query(&format!("DELETE FROM {table} WHERE day = $1")).bind(date_of(day)).execute(&mut *tx).await.map_err(pg("delete aggregates"))?;
+            sqlx::query(&format!("DELETE FROM {table} WHERE day = $1"))
+                .bind(date_of(day))
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("delete aggregates"))?;
         }
     }
     if count > 0 {
@@ -171,7 +180,14 @@ async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig
     Ok(count as u64)
 }
 
-async fn delete_object(stores: &Stores, key: &str, bytes: u64, inventory: &Inventory, policies: &RetentionConfig, dry_run: bool) -> Result<(), RetentionError> {
+async fn delete_object(
+    stores: &Stores,
+    key: &str,
+    bytes: u64,
+    inventory: &Inventory,
+    policies: &RetentionConfig,
+    dry_run: bool,
+) -> Result<(), RetentionError> {
     let listed = inventory.manifest.iter().any(|m| m.object_key == key);
     let detail = (!listed).then(|| "no manifest row".to_owned());
     if !dry_run {

@@ -10,8 +10,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use inferlog_retention::audit::{audit, render_text};
 use inferlog_retention::config::Config;
 use inferlog_retention::enforce::{enforce, Action, Outcome};
-use inferlog_retention::metrics::{self, Metrics};
 use inferlog_retention::inventory::{Inventory, Stores};
+use inferlog_retention::metrics::{self, Metrics};
 use inferlog_retention::RetentionError;
 use inferlog_store::Day;
 

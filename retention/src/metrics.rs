@@ -55,7 +55,10 @@ impl Metrics {
             ),
             last_success: registered(
                 &registry,
-                IntGauge::new("inferlog_retention_last_success_timestamp_seconds", "Unix time of the last pass whose enforce and audit both completed"),
+                IntGauge::new(
+                    "inferlog_retention_last_success_timestamp_seconds",
+                    "Unix time of the last pass whose enforce and audit both completed",
+                ),
             ),
             registry,
             healthy: Arc::new(AtomicBool::new(true)),
@@ -78,28 +81,18 @@ pub fn enforced(m: &Metrics, actions: &[Action]) {
 /// alert on `> 0` fires for as long as the violation lasts.
 pub fn audited(m: &Metrics, report: &AuditReport, unix_seconds: i64) {
     for cause in CAUSES {
-        let n = report
-            .violations
-            .iter()
-            .filter(|v| v.cause == cause)
-            .count();
+        let n = report.violations.iter().filter(|v| v.cause == cause).count();
         m.violations.with_label_values(&[cause]).set(n as i64);
     }
     for tier in &report.tiers {
-        m.expired_units
-            .with_label_values(&[tier.tier])
-            .set(tier.expired_units as i64);
+        m.expired_units.with_label_values(&[tier.tier]).set(tier.expired_units as i64);
     }
     m.last_success.set(unix_seconds);
-    m.healthy
-        .store(report.violations.is_empty(), Ordering::Relaxed);
+    m.healthy.store(report.violations.is_empty(), Ordering::Relaxed);
     if report.violations.is_empty() {
         tracing::info!("audit clean");
     } else {
-        tracing::warn!(
-            violations = report.violations.len(),
-            "audit found violations"
-        );
+        tracing::warn!(violations = report.violations.len(), "audit found violations");
     }
 }
 

@@ -113,18 +113,11 @@ const SECRET_VARIABLES: [&str; 2] = [crate::hash::KEY_ENV, crate::hash::KEY_FILE
 /// applies `INFERLOG_<TABLE>__<KEY>=value` overrides from `vars` (`__`
 /// separates nesting levels; names are lower-cased; values are read as TOML
 /// scalars when they parse as one, else as strings).
-pub fn load_config_value(
-    path: Option<&Path>,
-    vars: impl IntoIterator<Item = (String, String)>,
-) -> Result<toml::Table, SchemaError> {
+pub fn load_config_value(path: Option<&Path>, vars: impl IntoIterator<Item = (String, String)>) -> Result<toml::Table, SchemaError> {
     let mut root = match path {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|source| SchemaError::ConfigUnreadable { path: path.to_owned(), source })?;
-            text.parse::<toml::Table>().map_err(|e| SchemaError::ConfigInvalid {
-                origin: path.display().to_string(),
-                message: e.to_string(),
-            })?
+            let text = std::fs::read_to_string(path).map_err(|source| SchemaError::ConfigUnreadable { path: path.to_owned(), source })?;
+            text.parse::<toml::Table>().map_err(|e| SchemaError::ConfigInvalid { origin: path.display().to_string(), message: e.to_string() })?
         }
         None => toml::Table::new(),
     };
@@ -134,20 +127,14 @@ pub fn load_config_value(
             continue;
         }
         let segments: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-        set_path(&mut root, &segments, parse_scalar(&value)).map_err(|message| SchemaError::ConfigInvalid {
-            origin: format!("environment variable {name}"),
-            message,
-        })?;
+        set_path(&mut root, &segments, parse_scalar(&value))
+            .map_err(|message| SchemaError::ConfigInvalid { origin: format!("environment variable {name}"), message })?;
     }
     Ok(root)
 }
 
 fn parse_scalar(value: &str) -> toml::Value {
-    format!("v = {value}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(value.to_owned()))
+    format!("v = {value}").parse::<toml::Table>().ok().and_then(|mut t| t.remove("v")).unwrap_or_else(|| toml::Value::String(value.to_owned()))
 }
 
 fn set_path(table: &mut toml::Table, segments: &[String], value: toml::Value) -> Result<(), String> {
@@ -172,10 +159,9 @@ fn set_path(table: &mut toml::Table, segments: &[String], value: toml::Value) ->
 pub fn section<T: serde::de::DeserializeOwned + Default>(root: &toml::Table, name: &str) -> Result<T, SchemaError> {
     match root.get(name) {
         None => Ok(T::default()),
-        Some(value) => value.clone().try_into().map_err(|e: toml::de::Error| SchemaError::ConfigInvalid {
-            origin: format!("[{name}]"),
-            message: e.to_string(),
-        }),
+        Some(value) => {
+            value.clone().try_into().map_err(|e: toml::de::Error| SchemaError::ConfigInvalid { origin: format!("[{name}]"), message: e.to_string() })
+        }
     }
 }
 
@@ -188,10 +174,7 @@ mod tests {
         let dict = ContractConfig::default().validate().expect("defaults are valid");
         assert_eq!(dict.get(1001), Some("gpu_oom"));
         assert_eq!(dict.get(2001), None);
-        let config = ContractConfig {
-            error_codes: BTreeMap::from([("2001".into(), "quota_exceeded".into())]),
-            ..ContractConfig::default()
-        };
+        let config = ContractConfig { error_codes: BTreeMap::from([("2001".into(), "quota_exceeded".into())]), ..ContractConfig::default() };
         assert_eq!(config.validate().expect("valid").get(2001), Some("quota_exceeded"));
     }
 

@@ -26,11 +26,19 @@ pub enum Presence {
 /// The type and constraints of a field.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FieldType {
-    Text { min: u32, max: u32, pattern: Option<&'static str> },
-    Integer { min: Option<i64> },
+    Text {
+        min: u32,
+        max: u32,
+        pattern: Option<&'static str>,
+    },
+    Integer {
+        min: Option<i64>,
+    },
     /// A duration in ms; `_s`, `_us` and `_ns` variants are accepted too.
     DurationMs,
-    Number { unit: &'static str },
+    Number {
+        unit: &'static str,
+    },
     Boolean,
     Timestamp,
     Enum(&'static [&'static str]),
@@ -73,7 +81,12 @@ pub const FIELDS: [FieldSpec; 25] = [
             "Unique id of the request; the dedup key.",
         )
     },
-    field("timestamp", FieldType::Timestamp, Presence::Required, "When the request finished: RFC 3339 with an explicit offset, or integer epoch milliseconds. Stored as UTC epoch ms."),
+    field(
+        "timestamp",
+        FieldType::Timestamp,
+        Presence::Required,
+        "When the request finished: RFC 3339 with an explicit offset, or integer epoch milliseconds. Stored as UTC epoch ms.",
+    ),
     FieldSpec { aliases: &["gen_ai.request.model"], ..field("model_name", text(128), Presence::Required, "Model served.") },
     field("model_version", text(64), Presence::Required, "Version of the model that served the request."),
     FieldSpec {
@@ -87,7 +100,12 @@ pub const FIELDS: [FieldSpec; 25] = [
     field("total_latency_ms", FieldType::DurationMs, Presence::Required, "End-to-end latency."),
     field("error_code", FieldType::Integer { min: None }, Presence::Required, "0 = success; otherwise a code of the error dictionary."),
     field("business_line", text(64), Presence::Optional, "Business line; `unknown` when absent."),
-    field("user_id", FieldType::Text { min: 1, max: 1024, pattern: None }, Presence::Optional, "End user; stored only as a keyed HMAC-SHA256 with the key id."),
+    field(
+        "user_id",
+        FieldType::Text { min: 1, max: 1024, pattern: None },
+        Presence::Optional,
+        "End user; stored only as a keyed HMAC-SHA256 with the key id.",
+    ),
     field("tenant", FieldType::Text { min: 0, max: 128, pattern: None }, Presence::Optional, "Tenant."),
     field("session_id", FieldType::Text { min: 0, max: 128, pattern: None }, Presence::Optional, "Conversation or session."),
     field("request_type", FieldType::Text { min: 0, max: 128, pattern: None }, Presence::Optional, "chat, summarize, translate, code, ..."),
@@ -206,8 +224,7 @@ pub struct Break {
 /// The canonical names a schema requires (plain `required` plus the first
 /// name of each `anyOf` group of alternatives).
 fn required_names(schema: &Value) -> BTreeSet<String> {
-    let mut names: BTreeSet<String> =
-        schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
+    let mut names: BTreeSet<String> = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
     for group in schema["allOf"].as_array().into_iter().flatten() {
         if let Some(first) = group["anyOf"][0]["required"][0].as_str() {
             names.insert(first.to_owned());
@@ -314,11 +331,7 @@ mod tests {
         new["required"].as_array_mut().expect("array").push(json!("tenant"));
         let breaks = compat(&old, &new);
         let fields: BTreeSet<&str> = breaks.iter().map(|b| b.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            BTreeSet::from(["gpu_id", "input_tokens", "queue_wait_ms", "model_name", "error_stage", "tenant"]),
-            "{breaks:?}"
-        );
+        assert_eq!(fields, BTreeSet::from(["gpu_id", "input_tokens", "queue_wait_ms", "model_name", "error_stage", "tenant"]), "{breaks:?}");
     }
 
     #[test]

@@ -27,8 +27,7 @@ pub enum ErrorStage {
 }
 
 impl ErrorStage {
-    pub const ALL: [ErrorStage; 5] =
-        [ErrorStage::Gateway, ErrorStage::Queue, ErrorStage::Prefill, ErrorStage::Decode, ErrorStage::Postprocess];
+    pub const ALL: [ErrorStage; 5] = [ErrorStage::Gateway, ErrorStage::Queue, ErrorStage::Prefill, ErrorStage::Decode, ErrorStage::Postprocess];
 
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -58,14 +57,8 @@ pub enum InputBucket {
 }
 
 impl InputBucket {
-    pub const ALL: [InputBucket; 6] = [
-        InputBucket::UpTo1k,
-        InputBucket::UpTo2k,
-        InputBucket::UpTo4k,
-        InputBucket::UpTo8k,
-        InputBucket::UpTo32k,
-        InputBucket::Over32k,
-    ];
+    pub const ALL: [InputBucket; 6] =
+        [InputBucket::UpTo1k, InputBucket::UpTo2k, InputBucket::UpTo4k, InputBucket::UpTo8k, InputBucket::UpTo32k, InputBucket::Over32k];
 
     pub const fn of(input_tokens: u32) -> InputBucket {
         match input_tokens {

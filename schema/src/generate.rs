@@ -69,12 +69,54 @@ struct BusinessLine {
 }
 
 const BUSINESS_LINES: [BusinessLine; 6] = [
-    BusinessLine { name: "search", weight: 30, request_types: &["summarize", "chat"], system_prompt_tokens: 380, cache_hit_rate: 0.35, tenants: &["web", "mobile"] },
-    BusinessLine { name: "chat-assistant", weight: 25, request_types: &["chat"], system_prompt_tokens: 900, cache_hit_rate: 0.55, tenants: &["consumer", "enterprise"] },
-    BusinessLine { name: "code-copilot", weight: 15, request_types: &["code", "chat"], system_prompt_tokens: 1400, cache_hit_rate: 0.6, tenants: &["ide", "ci-bot"] },
-    BusinessLine { name: "customer-support", weight: 12, request_types: &["chat", "summarize", "translate"], system_prompt_tokens: 2100, cache_hit_rate: 0.7, tenants: &["emea", "apac", "amer"] },
-    BusinessLine { name: "ads", weight: 10, request_types: &["summarize", "translate"], system_prompt_tokens: 250, cache_hit_rate: 0.2, tenants: &["creative"] },
-    BusinessLine { name: "internal-tools", weight: 8, request_types: &["chat", "code", "summarize"], system_prompt_tokens: 600, cache_hit_rate: 0.3, tenants: &["staff"] },
+    BusinessLine {
+        name: "search",
+        weight: 30,
+        request_types: &["summarize", "chat"],
+        system_prompt_tokens: 380,
+        cache_hit_rate: 0.35,
+        tenants: &["web", "mobile"],
+    },
+    BusinessLine {
+        name: "chat-assistant",
+        weight: 25,
+        request_types: &["chat"],
+        system_prompt_tokens: 900,
+        cache_hit_rate: 0.55,
+        tenants: &["consumer", "enterprise"],
+    },
+    BusinessLine {
+        name: "code-copilot",
+        weight: 15,
+        request_types: &["code", "chat"],
+        system_prompt_tokens: 1400,
+        cache_hit_rate: 0.6,
+        tenants: &["ide", "ci-bot"],
+    },
+    BusinessLine {
+        name: "customer-support",
+        weight: 12,
+        request_types: &["chat", "summarize", "translate"],
+        system_prompt_tokens: 2100,
+        cache_hit_rate: 0.7,
+        tenants: &["emea", "apac", "amer"],
+    },
+    BusinessLine {
+        name: "ads",
+        weight: 10,
+        request_types: &["summarize", "translate"],
+        system_prompt_tokens: 250,
+        cache_hit_rate: 0.2,
+        tenants: &["creative"],
+    },
+    BusinessLine {
+        name: "internal-tools",
+        weight: 8,
+        request_types: &["chat", "code", "summarize"],
+        system_prompt_tokens: 600,
+        cache_hit_rate: 0.3,
+        tenants: &["staff"],
+    },
 ];
 
 /// (code, weight, stages it happens at).

@@ -44,8 +44,7 @@ impl UserIdHasher {
         }
         let key_id = match key_id {
             Some(id) => {
-                let ok = (1..=32).contains(&id.len())
-                    && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+                let ok = (1..=32).contains(&id.len()) && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
                 if !ok {
                     return Err(SchemaError::HashKeyId { key_id: id.to_owned() });
                 }
@@ -54,11 +53,7 @@ impl UserIdHasher {
             None => hex::encode(&Sha256::digest(key)[..4]),
         };
         // HMAC accepts keys of any length; this cannot fail.
-        let keyed = Hmac::<Sha256>::new_from_slice(key).map_err(|_| SchemaError::HashKeyTooShort {
-            origin,
-            len: key.len(),
-            min: MIN_KEY_BYTES,
-        })?;
+        let keyed = Hmac::<Sha256>::new_from_slice(key).map_err(|_| SchemaError::HashKeyTooShort { origin, len: key.len(), min: MIN_KEY_BYTES })?;
         Ok(UserIdHasher { keyed, key_id })
     }
 
@@ -130,10 +125,7 @@ mod tests {
     #[test]
     fn rejects_short_keys_and_bad_ids_and_never_shows_the_key() {
         assert!(matches!(UserIdHasher::new(b"short", None, KEY_ENV), Err(SchemaError::HashKeyTooShort { .. })));
-        assert!(matches!(
-            UserIdHasher::new(b"0123456789abcdef", Some("bad id!"), KEY_ENV),
-            Err(SchemaError::HashKeyId { .. })
-        ));
+        assert!(matches!(UserIdHasher::new(b"0123456789abcdef", Some("bad id!"), KEY_ENV), Err(SchemaError::HashKeyId { .. })));
         let hasher = UserIdHasher::new(b"super-secret-key-material", Some("2026q4"), KEY_ENV).expect("valid");
         let shown = format!("{hasher:?}");
         assert!(shown.contains("2026q4") && !shown.contains("super-secret"), "{shown}");

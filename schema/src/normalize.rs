@@ -80,9 +80,8 @@ impl Contract {
                 format!("event is {} bytes; the limit is {}", bytes.len(), self.config.max_event_bytes),
             ));
         }
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            Rejection::whole_event(ReasonCode::JsonMalformed, format!("not valid UTF-8 at byte {}", e.valid_up_to()))
-        })?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| Rejection::whole_event(ReasonCode::JsonMalformed, format!("not valid UTF-8 at byte {}", e.valid_up_to())))?;
         if text.trim_start().as_bytes().first() != Some(&b'{') {
             return Err(match serde_json::from_str::<IgnoredAny>(text) {
                 Ok(_) => Rejection::whole_event(ReasonCode::JsonNotObject, "the event must be a JSON object"),
@@ -98,8 +97,7 @@ impl Contract {
             }
             let field = slots.current_key.take().map_or_else(|| crate::reason::WHOLE_EVENT.to_owned(), Cow::into_owned);
             let message = e.to_string();
-            let reason =
-                if message.starts_with("number out of range") { ReasonCode::FieldRange } else { ReasonCode::JsonMalformed };
+            let reason = if message.starts_with("number out of range") { ReasonCode::FieldRange } else { ReasonCode::JsonMalformed };
             return Err(Rejection::new(reason, field, message));
         }
         let event = self.assemble(&mut slots, now_ms, hasher)?;
@@ -123,9 +121,10 @@ impl Contract {
 
         let error_code = required(s.take(Slot::ErrorCode), Slot::ErrorCode, |g| {
             let code = integer(&g)?;
-            let code = i32::try_from(code).ok().filter(|c| self.dictionary.get(*c).is_some()).ok_or_else(|| {
-                Rejection::new(ReasonCode::ErrorCodeUnknown, g.name, format!("{code} is not in the error dictionary"))
-            })?;
+            let code = i32::try_from(code)
+                .ok()
+                .filter(|c| self.dictionary.get(*c).is_some())
+                .ok_or_else(|| Rejection::new(ReasonCode::ErrorCodeUnknown, g.name, format!("{code} is not in the error dictionary")))?;
             Ok(Some(code))
         })?;
         let error_stage = optional(s.take(Slot::ErrorStage), |g| {
@@ -143,9 +142,7 @@ impl Contract {
                 .transpose()
         })?;
         match (error_code, error_stage) {
-            (0, Some(_)) => {
-                return Err(Rejection::new(ReasonCode::FieldFormat, "error_stage", "is only allowed when error_code is not 0"))
-            }
+            (0, Some(_)) => return Err(Rejection::new(ReasonCode::FieldFormat, "error_stage", "is only allowed when error_code is not 0")),
             (code, None) if code != 0 => {
                 return Err(Rejection::new(
                     ReasonCode::ErrorStageMissing,
@@ -170,11 +167,7 @@ impl Contract {
         let cache_prefix_tokens = optional(s.take(Slot::CachePrefixTokens), |g| {
             let n = unsigned(&g, u32::MAX.into())?;
             if n > u64::from(input_tokens) {
-                return Err(Rejection::new(
-                    ReasonCode::FieldRange,
-                    g.name,
-                    format!("{n} exceeds input_tokens ({input_tokens})"),
-                ));
+                return Err(Rejection::new(ReasonCode::FieldRange, g.name, format!("{n} exceeds input_tokens ({input_tokens})")));
             }
             Ok(Some(n as u32))
         })?;
@@ -243,19 +236,14 @@ impl Contract {
             Raw::Str(s) => match parse_rfc3339_ms(s.trim()) {
                 Ok(ms) => ms,
                 Err(TimestampError::Naive) => {
-                    return Err(Rejection::new(
-                        ReasonCode::TimestampNaive,
-                        name,
-                        format!("{s:?} has no time-zone offset; add Z or ±hh:mm"),
-                    ))
+                    return Err(Rejection::new(ReasonCode::TimestampNaive, name, format!("{s:?} has no time-zone offset; add Z or ±hh:mm")))
                 }
-                Err(TimestampError::Malformed(why)) => {
-                    return Err(Rejection::new(ReasonCode::FieldFormat, name, format!("{s:?}: {why}")))
-                }
+                Err(TimestampError::Malformed(why)) => return Err(Rejection::new(ReasonCode::FieldFormat, name, format!("{s:?}: {why}"))),
             },
             Raw::Int(_) | Raw::UInt(_) | Raw::Float(_) => {
                 let v = integer(g)?;
-                i64::try_from(v).map_err(|_| Rejection::new(ReasonCode::TimestampOutOfRange, name, format!("{v} is not a plausible epoch-ms time")))?
+                i64::try_from(v)
+                    .map_err(|_| Rejection::new(ReasonCode::TimestampOutOfRange, name, format!("{v} is not a plausible epoch-ms time")))?
             }
             other => return Err(type_error(name, "an RFC 3339 string or integer epoch milliseconds", other)),
         };
@@ -588,11 +576,9 @@ impl<'a> Slots<'a> {
                 *existing = Some(given);
                 Ok(())
             }
-            Some(first) if first.name == given.name => Err(Rejection::new(
-                ReasonCode::JsonMalformed,
-                given.name,
-                "key given twice in one object (which one a reader keeps is undefined)",
-            )),
+            Some(first) if first.name == given.name => {
+                Err(Rejection::new(ReasonCode::JsonMalformed, given.name, "key given twice in one object (which one a reader keeps is undefined)"))
+            }
             Some(first) if first.value.same_as(&given.value) => Ok(()),
             Some(first) => Err(Rejection::new(
                 ReasonCode::UnitsConflict,
@@ -628,8 +614,7 @@ impl<'a> Slots<'a> {
     }
 }
 
-const CANONICAL_DURATION_NAMES: [&str; 6] =
-    ["queue_wait_ms", "prefill_time_ms", "decode_time_ms", "total_latency_ms", "ttft_ms", "tpot_ms"];
+const CANONICAL_DURATION_NAMES: [&str; 6] = ["queue_wait_ms", "prefill_time_ms", "decode_time_ms", "total_latency_ms", "ttft_ms", "tpot_ms"];
 
 impl<'de> Visitor<'de> for &mut Slots<'de> {
     type Value = ();
@@ -671,11 +656,7 @@ fn type_error(name: &str, expected: &str, got: &Raw<'_>) -> Rejection {
     Rejection::new(ReasonCode::FieldType, name, format!("expected {expected}, got {}", got.kind()))
 }
 
-fn required<T>(
-    given: Option<Given<'_>>,
-    slot: Slot,
-    convert: impl FnOnce(Given<'_>) -> Result<Option<T>, Rejection>,
-) -> Result<T, Rejection> {
+fn required<T>(given: Option<Given<'_>>, slot: Slot, convert: impl FnOnce(Given<'_>) -> Result<Option<T>, Rejection>) -> Result<T, Rejection> {
     match given {
         None => Err(Rejection::new(ReasonCode::FieldMissing, slot.canonical(), "is required")),
         Some(g) => {
@@ -685,10 +666,7 @@ fn required<T>(
     }
 }
 
-fn optional<T>(
-    given: Option<Given<'_>>,
-    convert: impl FnOnce(Given<'_>) -> Result<Option<T>, Rejection>,
-) -> Result<Option<T>, Rejection> {
+fn optional<T>(given: Option<Given<'_>>, convert: impl FnOnce(Given<'_>) -> Result<Option<T>, Rejection>) -> Result<Option<T>, Rejection> {
     given.map_or(Ok(None), convert)
 }
 

@@ -108,10 +108,7 @@ fn grouped_3_3_4_at(b: &[u8], start: usize) -> bool {
             return false;
         }
         let exchange = if b.get(start + 5) == Some(&b' ') { start + 6 } else { start + 5 };
-        return run(exchange, 3)
-            && matches!(b.get(exchange + 3), Some(b'-' | b'.' | b' '))
-            && run(exchange + 4, 4)
-            && ends_at(exchange + 8);
+        return run(exchange, 3) && matches!(b.get(exchange + 3), Some(b'-' | b'.' | b' ')) && run(exchange + 4, 4) && ends_at(exchange + 8);
     }
     let Some(&sep @ (b'-' | b'.' | b' ')) = b.get(start + 3) else {
         return false;

@@ -128,7 +128,11 @@ pub fn parse_rfc3339_ms(s: &str) -> Result<i64, TimestampError> {
                 return Err(TimestampError::Malformed("offset out of range"));
             }
             let total = i64::from(oh * 60 + om);
-            if sign == b'+' { total } else { -total }
+            if sign == b'+' {
+                total
+            } else {
+                -total
+            }
         }
         Some(_) => return Err(TimestampError::Malformed("unexpected characters after the time")),
     };

@@ -71,8 +71,7 @@ fn check_json_gives_one_object_per_finding_and_a_summary() {
     let events = generate("2000", "0.05");
     let out = run(&["check", "--format", "json", "-"], Some(&events), &[]);
     assert_eq!(out.status.code(), Some(1));
-    let objects: Vec<serde_json::Value> =
-        text(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    let objects: Vec<serde_json::Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
     let (summary, findings) = objects.split_last().expect("a summary");
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["checked"], 2000);

@@ -25,7 +25,10 @@ fn validator() -> jsonschema::Validator {
 
 /// Rejections a JSON Schema states: required fields, types, ranges, enums.
 fn expressible(reason: ReasonCode) -> bool {
-    matches!(reason, ReasonCode::JsonNotObject | ReasonCode::FieldMissing | ReasonCode::FieldType | ReasonCode::FieldRange | ReasonCode::ErrorStageMissing)
+    matches!(
+        reason,
+        ReasonCode::JsonNotObject | ReasonCode::FieldMissing | ReasonCode::FieldType | ReasonCode::FieldRange | ReasonCode::ErrorStageMissing
+    )
 }
 
 #[test]
@@ -49,7 +52,12 @@ fn every_rejection_json_schema_can_express_fails_validation_too() {
     for e in events(12, 20_000, 0.5) {
         let Some(reason) = e.expected.filter(|r| expressible(*r)) else { continue };
         let Ok(value) = serde_json::from_slice::<Value>(&e.line) else { continue };
-        assert!(!schema.is_valid(&value), "{} is rejected as {} by the parser but valid by the schema", String::from_utf8_lossy(&e.line), reason.as_str());
+        assert!(
+            !schema.is_valid(&value),
+            "{} is rejected as {} by the parser but valid by the schema",
+            String::from_utf8_lossy(&e.line),
+            reason.as_str()
+        );
         *per_reason.entry(reason.as_str()).or_default() += 1;
     }
     for reason in ["field.missing", "field.type", "field.range", "error_stage.missing"] {
@@ -71,10 +79,14 @@ fn hand_made_breaks_fail_validation_where_the_field_is() {
         ("model_name", "anyOf", Box::new(|v: &mut Value| drop(v.as_object_mut().map(|o| o.remove("model_name"))))),
         ("input_tokens", "/input_tokens", Box::new(|v: &mut Value| v["input_tokens"] = json!("many"))),
         ("output_tokens", "/output_tokens", Box::new(|v: &mut Value| v["output_tokens"] = json!(-1))),
-        ("error_stage", "/error_stage", Box::new(|v: &mut Value| {
-            v["error_code"] = json!(1003);
-            v["error_stage"] = json!("teleport");
-        })),
+        (
+            "error_stage",
+            "/error_stage",
+            Box::new(|v: &mut Value| {
+                v["error_code"] = json!(1003);
+                v["error_stage"] = json!("teleport");
+            }),
+        ),
     ];
     for (field, place, mutate) in cases {
         let mut broken = valid.clone();

@@ -106,12 +106,22 @@ fn every_reason_code_with_its_field() {
         ("epoch microseconds", with(json!({"timestamp": 1_749_896_100_000_000u64})), ReasonCode::TimestampOutOfRange, "timestamp"),
         ("before 2000", with(json!({"timestamp": "1999-12-31T23:59:59Z"})), ReasonCode::TimestampOutOfRange, "timestamp"),
         ("ms and s disagree", with(json!({"decode_time_s": 3.0})), ReasonCode::UnitsConflict, "decode_time_ms"),
-        ("us and ns disagree", with(json!({"queue_wait_ms": null, "queue_wait_us": 20_000, "queue_wait_ns": 21_000_000})), ReasonCode::UnitsConflict, "queue_wait_ns"),
+        (
+            "us and ns disagree",
+            with(json!({"queue_wait_ms": null, "queue_wait_us": 20_000, "queue_wait_ns": 21_000_000})),
+            ReasonCode::UnitsConflict,
+            "queue_wait_ns",
+        ),
         ("alias disagrees", with(json!({"gen_ai.usage.input_tokens": 999})), ReasonCode::UnitsConflict, "gen_ai.usage.input_tokens"),
         ("total given in seconds", with(json!({"total_latency_ms": 2.5})), ReasonCode::UnitsInconsistent, "total_latency_ms"),
         ("ttft beyond total", with(json!({"ttft_ms": 2500.5})), ReasonCode::UnitsInconsistent, "ttft_ms"),
         ("unknown error code", with(json!({"error_code": 4242, "error_stage": "decode"})), ReasonCode::ErrorCodeUnknown, "error_code"),
-        ("error code beyond i32", with(json!({"error_code": 10_000_000_000i64, "error_stage": "decode"})), ReasonCode::ErrorCodeUnknown, "error_code"),
+        (
+            "error code beyond i32",
+            with(json!({"error_code": 10_000_000_000i64, "error_stage": "decode"})),
+            ReasonCode::ErrorCodeUnknown,
+            "error_code",
+        ),
         ("error without stage", with(json!({"error_code": 1001})), ReasonCode::ErrorStageMissing, "error_stage"),
         ("email in tenant", with(json!({"tenant": "ops jane.doe@example.com"})), ReasonCode::PiiDetected, "tenant"),
         ("phone in session", with(json!({"session_id": "+44 20 7946 0958"})), ReasonCode::PiiDetected, "session_id"),
@@ -202,9 +212,8 @@ fn the_stage_sum_tolerance_is_five_percent_plus_five_ms() {
 
 #[test]
 fn text_is_trimmed_and_defaults_apply() {
-    let n = contract()
-        .normalize(&with(json!({"model_name": "  llama  ", "tenant": "  ", "request_type": " chat\t"})), None, &hasher())
-        .expect("valid");
+    let n =
+        contract().normalize(&with(json!({"model_name": "  llama  ", "tenant": "  ", "request_type": " chat\t"})), None, &hasher()).expect("valid");
     assert_eq!(n.event.model_name, "llama");
     assert_eq!(n.event.tenant, None, "blank optional text is absent");
     assert_eq!(n.event.request_type.as_deref(), Some("chat"));
@@ -224,18 +233,13 @@ fn negative_zero_becomes_zero() {
 
 #[test]
 fn errors_carry_their_stage() {
-    let n = contract()
-        .normalize(&with(json!({"error_code": 1001, "error_stage": " decode "})), None, &hasher())
-        .expect("valid");
+    let n = contract().normalize(&with(json!({"error_code": 1001, "error_stage": " decode "})), None, &hasher()).expect("valid");
     assert_eq!((n.event.error_code, n.event.error_stage), (1001, Some(ErrorStage::Decode)));
 }
 
 #[test]
 fn the_error_dictionary_is_extendable() {
-    let config = ContractConfig {
-        error_codes: [("2001".to_owned(), "quota_exceeded".to_owned())].into(),
-        ..ContractConfig::default()
-    };
+    let config = ContractConfig { error_codes: [("2001".to_owned(), "quota_exceeded".to_owned())].into(), ..ContractConfig::default() };
     let extended = Contract::new(&config).expect("valid");
     let event = with(json!({"error_code": 2001, "error_stage": "gateway"}));
     assert!(extended.check(&event, None).is_ok());
@@ -268,7 +272,11 @@ fn otel_aliases_map_to_contract_fields() {
 #[test]
 fn unknown_and_content_fields_are_dropped_and_reported() {
     let n = contract()
-        .normalize(&with(json!({"prompt": "secret question", "messages": [{"role": "user"}], "trace_id": "abc", "response": {"text": "answer"}})), None, &hasher())
+        .normalize(
+            &with(json!({"prompt": "secret question", "messages": [{"role": "user"}], "trace_id": "abc", "response": {"text": "answer"}})),
+            None,
+            &hasher(),
+        )
         .expect("valid");
     let mut dropped = n.dropped_fields.clone();
     dropped.sort();

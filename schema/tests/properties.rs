@@ -87,15 +87,11 @@ fn generation_is_deterministic_per_seed() {
 fn generated_traffic_is_realistic() {
     let contract = contract();
     let hasher = hasher();
-    let normalized: Vec<_> = events(3, 20_000, 0.0)
-        .into_iter()
-        .map(|e| contract.normalize(&e.line, None, &hasher).expect("valid").event)
-        .collect();
+    let normalized: Vec<_> = events(3, 20_000, 0.0).into_iter().map(|e| contract.normalize(&e.line, None, &hasher).expect("valid").event).collect();
     let n = normalized.len() as f64;
     let share = |pred: &dyn Fn(&inferlog_schema::InferenceEvent) -> bool| normalized.iter().filter(|e| pred(e)).count() as f64 / n;
-    let distinct = |key: &dyn Fn(&inferlog_schema::InferenceEvent) -> String| {
-        normalized.iter().map(key).collect::<std::collections::BTreeSet<_>>().len()
-    };
+    let distinct =
+        |key: &dyn Fn(&inferlog_schema::InferenceEvent) -> String| normalized.iter().map(key).collect::<std::collections::BTreeSet<_>>().len();
     assert!(distinct(&|e| e.business_line.clone()) >= 5, "several business lines");
     assert!(distinct(&|e| format!("{}@{}", e.model_name, e.model_version)) >= 6, "models and versions");
     let errors = share(&|e| e.error_code != 0);

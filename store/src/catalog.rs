@@ -151,9 +151,8 @@ pub struct Catalog {
 impl Catalog {
     /// Connects, creates the schema if missing and applies the migrations.
     pub async fn connect(config: &PostgresConfig) -> Result<Catalog, StoreError> {
-        let mut options = PgConnectOptions::from_str(&config.url)
-            .map_err(|e| StoreError::Config(format!("postgres.url: {e}")))?
-            .application_name("inferlog");
+        let mut options =
+            PgConnectOptions::from_str(&config.url).map_err(|e| StoreError::Config(format!("postgres.url: {e}")))?.application_name("inferlog");
         if let Some(password) = config.password()? {
             options = options.password(&password);
         }
@@ -200,13 +199,11 @@ impl Catalog {
     }
 
     pub async fn day(&self, day: Day) -> Result<Option<DayRecord>, StoreError> {
-        let row = sqlx::query(
-            "SELECT day, state, hot_rows, fingerprint, objects, bytes, last_error FROM compactor_days WHERE day = $1",
-        )
-        .bind(date_of(day))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::postgres("read day state"))?;
+        let row = sqlx::query("SELECT day, state, hot_rows, fingerprint, objects, bytes, last_error FROM compactor_days WHERE day = $1")
+            .bind(date_of(day))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::postgres("read day state"))?;
         row.map(|r| day_record(&r)).transpose()
     }
 

@@ -102,8 +102,7 @@ impl ColdStore {
                 (Arc::new(store), prefix)
             }
             ColdLocation::Local { dir } => {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| StoreError::Config(format!("cold.url: cannot create {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(&dir).map_err(|e| StoreError::Config(format!("cold.url: cannot create {}: {e}", dir.display())))?;
                 let store = LocalFileSystem::new_with_prefix(&dir).map_err(StoreError::object("configure", &config.url))?;
                 (Arc::new(store.with_automatic_cleanup(true)), String::new())
             }
@@ -167,8 +166,7 @@ impl ColdStore {
     /// Every object under the prefix (for audits: orphans and missing objects).
     pub async fn list_all(&self) -> Result<Vec<ColdObject>, StoreError> {
         let prefix = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
-        let metas: Vec<ObjectMeta> =
-            self.store.list(prefix.as_ref()).try_collect().await.map_err(StoreError::object("list", &self.url))?;
+        let metas: Vec<ObjectMeta> = self.store.list(prefix.as_ref()).try_collect().await.map_err(StoreError::object("list", &self.url))?;
         let mut objects: Vec<ColdObject> = metas.into_iter().filter(|m| !self.is_folder_marker(m)).map(|m| self.describe(m)).collect();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(objects)
@@ -203,7 +201,8 @@ mod tests {
         assert_eq!(store.day_of_key("dt=2026-11-20/part-0003.parquet"), Some(day));
         assert_eq!(store.day_of_key("dt=2026-11-20x/part-0003.parquet"), None);
         assert_eq!(store.day_of_key("other/file"), None);
-        let meta = |key: &str, size: u64| ObjectMeta { location: Path::from(key), last_modified: chrono::Utc::now(), size, e_tag: None, version: None };
+        let meta =
+            |key: &str, size: u64| ObjectMeta { location: Path::from(key), last_modified: chrono::Utc::now(), size, e_tag: None, version: None };
         assert!(store.is_folder_marker(&meta("dt=2026-11-20", 0)), "a day folder");
         assert!(!store.is_folder_marker(&meta("dt=2026-11-20", 10)), "bytes are data");
         assert!(!store.is_folder_marker(&meta("dt=2026-11-20/part-0000.parquet", 0)), "an empty object is an object");

@@ -176,13 +176,7 @@ impl HotTier {
             self.qualified(),
             mode.modifier()
         );
-        let fp = self
-            .client
-            .query(&sql)
-            .bind(crate::day_string(day))
-            .fetch_one::<DayFingerprint>()
-            .await
-            .map_err(self.error("fingerprint"))?;
+        let fp = self.client.query(&sql).bind(crate::day_string(day)).fetch_one::<DayFingerprint>().await.map_err(self.error("fingerprint"))?;
         Ok(if fp.rows == 0 { DayFingerprint::EMPTY } else { fp })
     }
 

@@ -97,7 +97,8 @@ pub fn create_topics(partitions: u32, topics: &[&str]) {
 
 /// The group's committed offset per partition (-1001: none).
 pub fn committed(topic: &str, group: &str) -> Vec<i64> {
-    let answer: HashMap<String, i64> = serde_json::from_str(&kafkatool(&["committed", "--topic", topic, "--group", group])).expect("kafkatool committed prints JSON");
+    let answer: HashMap<String, i64> =
+        serde_json::from_str(&kafkatool(&["committed", "--topic", topic, "--group", group])).expect("kafkatool committed prints JSON");
     let mut offsets: Vec<(i32, i64)> = answer.into_iter().map(|(p, o)| (p.parse().expect("partition"), o)).collect();
     offsets.sort_unstable();
     offsets.into_iter().map(|(_, o)| o).collect()
@@ -105,7 +106,8 @@ pub fn committed(topic: &str, group: &str) -> Vec<i64> {
 
 /// The log start offset per partition.
 pub fn log_starts(topic: &str) -> Vec<i64> {
-    let answer: HashMap<String, (i64, i64)> = serde_json::from_str(&kafkatool(&["watermarks", "--topic", topic])).expect("kafkatool watermarks prints JSON");
+    let answer: HashMap<String, (i64, i64)> =
+        serde_json::from_str(&kafkatool(&["watermarks", "--topic", topic])).expect("kafkatool watermarks prints JSON");
     let mut starts: Vec<(i32, i64)> = answer.into_iter().map(|(p, (low, _))| (p.parse().expect("partition"), low)).collect();
     starts.sort_unstable();
     starts.into_iter().map(|(_, low)| low).collect()
@@ -139,10 +141,7 @@ pub fn produce(topic: &str, file: &Path) {
 
 /// Every message of a topic (read until idle, never by watermark).
 pub fn read_topic(topic: &str) -> Vec<serde_json::Value> {
-    kafkatool(&["read", "--topic", topic, "--idle", "4"])
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("kafkatool prints JSON lines"))
-        .collect()
+    kafkatool(&["read", "--topic", topic, "--idle", "4"]).lines().map(|l| serde_json::from_str(l).expect("kafkatool prints JSON lines")).collect()
 }
 
 /// The source `partition/offset` of each DLQ message read by [`read_topic`]
@@ -153,10 +152,7 @@ pub fn dlq_sources(messages: &[serde_json::Value]) -> HashSet<String> {
 
 /// Runs a query on ClickHouse over HTTP: the trimmed TSV answer, or the error text.
 pub fn try_clickhouse(sql: &str) -> Result<String, String> {
-    let out = Command::new("curl")
-        .args(["-sS", "--fail-with-body", "--data-binary", sql, &clickhouse_url()])
-        .output()
-        .expect("run curl");
+    let out = Command::new("curl").args(["-sS", "--fail-with-body", "--data-binary", sql, &clickhouse_url()]).output().expect("run curl");
     let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if out.status.success() {
         Ok(text)

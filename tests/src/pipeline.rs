@@ -91,9 +91,12 @@ impl Pipeline {
 
     /// Hot rows + logged rejects: what ingest has made durable so far.
     pub fn ingested(&self) -> u64 {
-        let hot = crate::try_clickhouse(&format!("SELECT count() FROM {}", self.tiers.qualified_table())).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let rejects =
-            crate::try_clickhouse(&format!("SELECT count() FROM inferlog_test.{}", self.rejects_table)).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let hot =
+            crate::try_clickhouse(&format!("SELECT count() FROM {}", self.tiers.qualified_table())).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let rejects = crate::try_clickhouse(&format!("SELECT count() FROM inferlog_test.{}", self.rejects_table))
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         hot + rejects
     }
 
@@ -170,7 +173,11 @@ impl Pipeline {
                     ifNull(session_id, ''), '|', ifNull(request_type, ''), '|', ifNull(error_stage, ''), '|', ifNull(user_id_hash, ''))";
         assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {} WHERE match({text}, '{PLAINTEXT}')", s.qualified_table())), 0, "hot tier");
         let rejects = format!("inferlog_test.{}", self.rejects_table);
-        assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {rejects} WHERE match(concat(field, '|', message), '{PLAINTEXT}')")), 0, "rejects log");
+        assert_eq!(
+            clickhouse_u64(&format!("SELECT count() FROM {rejects} WHERE match(concat(field, '|', message), '{PLAINTEXT}')")),
+            0,
+            "rejects log"
+        );
         assert_eq!(clickhouse_u64(&format!("SELECT uniqExact(kafka_partition, kafka_offset) FROM {rejects}")), rejected as u64, "rejects logged");
         let cold_hits: u64 = objects.iter().map(|o| o["plaintext_hits"].as_u64().expect("hits")).sum();
         assert_eq!(cold_hits, 0, "cold tier");

@@ -39,11 +39,8 @@ pub fn insert_hot(clickhouse_url: &str, database: &str, table: &str, events: &[I
         sink.ensure_schema().await.expect("create the hot table");
         let topic: Arc<str> = Arc::from("seeded");
         // Ingestion time follows the event time, so the same events make the same rows (and archives) in every run.
-        let mut rows: Vec<HotRow> = events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| HotRow::new(e.clone(), topic.clone(), 0, i as i64, (e.timestamp_ms / 1000 + 2) as u32))
-            .collect();
+        let mut rows: Vec<HotRow> =
+            events.iter().enumerate().map(|(i, e)| HotRow::new(e.clone(), topic.clone(), 0, i as i64, (e.timestamp_ms / 1000 + 2) as u32)).collect();
         rows.sort_by_key(|r| (r.day, r.kafka_offset));
         for day_rows in rows.chunk_by(|a, b| a.day == b.day) {
             for chunk in day_rows.chunks(100_000) {

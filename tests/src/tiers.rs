@@ -140,10 +140,7 @@ impl TierScenario {
             \x20   for o in page.get('Contents', []): print(o['Key'], o['Size'])\n";
         let out = Command::new("python3").args(["-c", script, &s3_endpoint(), &self.prefix, &s3_secret()]).output().expect("python3");
         assert!(out.status.success(), "listing s3: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.rsplit_once(' ').map(|(k, s)| (k.to_owned(), s.parse().unwrap_or(0))))
-            .collect()
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.rsplit_once(' ').map(|(k, s)| (k.to_owned(), s.parse().unwrap_or(0)))).collect()
     }
 
     /// Writes `bytes` under `key` in the cold bucket, with boto3 (as another tool would).
@@ -166,11 +163,8 @@ impl TierScenario {
     /// Reads every archive object with pyarrow (`tests/scripts/read_archive.py`).
     pub fn read_archive(&self, sample: usize) -> serde_json::Value {
         let script = repo_root().join("tests/scripts/read_archive.py");
-        let out = Command::new("python3")
-            .arg(script)
-            .args([&s3_endpoint(), "inferlog-cold", &self.prefix, &sample.to_string()])
-            .output()
-            .expect("python3");
+        let out =
+            Command::new("python3").arg(script).args([&s3_endpoint(), "inferlog-cold", &self.prefix, &sample.to_string()]).output().expect("python3");
         assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("json")
     }
@@ -209,7 +203,8 @@ impl TierScenario {
         state += "\n--errors\n";
         state += &self.psql("SELECT count(*), sum(errors) FROM daily_errors");
         state += "\n--audit\n";
-        state += &self.psql("SELECT tier, unit, action, rows, bytes, policy, dry_run, actor, detail FROM retention_audit ORDER BY tier, unit, action");
+        state +=
+            &self.psql("SELECT tier, unit, action, rows, bytes, policy, dry_run, actor, detail FROM retention_audit ORDER BY tier, unit, action");
         state += "\n--objects\n";
         for (key, size) in self.s3_objects() {
             state += &format!("{key} {size}\n");

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use inferlog_schema::timestamp::MS_PER_DAY;
 use inferlog_schema::InferenceEvent;
-use inferlog_tests::tiers::{day_string, today, TierScenario};
 use inferlog_tests::clickhouse;
+use inferlog_tests::tiers::{day_string, today, TierScenario};
 
 type GroupKey = (String, String, String, String, String);
 
@@ -231,10 +231,13 @@ fn late_rows_after_archiving_are_archived_and_aggregated_again() {
     let first_sha = s.psql("SELECT sha256 FROM cold_manifest");
     // Late events for the same day (ingest accepts up to max_event_age).
     let late = inferlog_tests::seed::seeded_events(500, 1, (i64::from(day) + 1) * MS_PER_DAY, 14);
-    let late: Vec<InferenceEvent> = late.into_iter().map(|mut e| {
-        e.request_id = format!("late-{}", e.request_id);
-        e
-    }).collect();
+    let late: Vec<InferenceEvent> = late
+        .into_iter()
+        .map(|mut e| {
+            e.request_id = format!("late-{}", e.request_id);
+            e
+        })
+        .collect();
     inferlog_tests::seed::insert_hot(&inferlog_tests::clickhouse_url(), "inferlog_test", &s.table, &late);
     events.extend(late);
     // Producer retries that slipped past ingest's window: the same rows again, collapsed before archiving.
@@ -337,10 +340,9 @@ fn kill_9_at_every_state_transition_converges_to_the_same_end_state() {
 fn the_daemon_serves_metrics_and_stops_on_sigterm() {
     let addr = inferlog_tests::free_loopback_addr();
     let s = TierScenario::new("cmp_daemon", "");
-    let config = std::fs::read_to_string(&s.config).expect("config").replace(
-        "[compactor]\nmetrics_addr = \"\"\n",
-        &format!("[compactor]\nmetrics_addr = \"{addr}\"\ninterval = \"1h\"\n"),
-    );
+    let config = std::fs::read_to_string(&s.config)
+        .expect("config")
+        .replace("[compactor]\nmetrics_addr = \"\"\n", &format!("[compactor]\nmetrics_addr = \"{addr}\"\ninterval = \"1h\"\n"));
     std::fs::write(&s.config, config).expect("config");
     s.seed(3_000, 1, today() - 2, 41);
     let mut child = s.spawn("inferlog-compactor", &[], "daemon.log", &[]);

@@ -51,7 +51,10 @@ fn with_the_s3_server_stopped_no_partition_is_dropped_and_the_next_pass_complete
     assert!(s.hot_days().is_empty(), "released once archived and verified");
     assert_eq!(s.psql("SELECT sum(rows) FROM cold_manifest"), events.len().to_string());
     assert_eq!(s.s3_objects().len(), 2);
-    assert_eq!(s.psql("SELECT count(*), sum(rows) FROM retention_audit WHERE tier = 'hot' AND action = 'drop_partition'"), format!("2\t{}", events.len()));
+    assert_eq!(
+        s.psql("SELECT count(*), sum(rows) FROM retention_audit WHERE tier = 'hot' AND action = 'drop_partition'"),
+        format!("2\t{}", events.len())
+    );
 }
 
 #[test]

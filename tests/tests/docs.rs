@@ -16,11 +16,7 @@ fn contract() -> String {
 fn first_column(text: &str, heading: &str) -> BTreeSet<String> {
     let section = text.split(heading).nth(1).unwrap_or_else(|| panic!("{heading} in docs/contract.md"));
     let section = section.split("\n## ").next().unwrap_or(section);
-    section
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `"))
-        .filter_map(|l| l.split_once('`').map(|(name, _)| name.to_owned()))
-        .collect()
+    section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split_once('`').map(|(name, _)| name.to_owned())).collect()
 }
 
 #[test]

@@ -93,11 +93,7 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     ingest = p.spawn("inferlog-ingest", &[], "ingest-2.log", &ingest_env);
     // A closed day has rows now: the compactor daemon's next pass fails on S3.
     // (Waited for, not assumed: ingest can outrun the daemon's interval.)
-    wait_for(
-        Duration::from_secs(60),
-        || p.tiers.psql(FAILED_ON_S3).parse::<u32>().unwrap_or(0) > 0,
-        || p.tiers.log("compactor-1.log"),
-    );
+    wait_for(Duration::from_secs(60), || p.tiers.psql(FAILED_ON_S3).parse::<u32>().unwrap_or(0) > 0, || p.tiers.log("compactor-1.log"));
     // The last third arrives while ClickHouse is down: ingest holds it,
     // retries, and resumes by itself.
     wait_ingested(&p, rng.gen_range(35_000..55_000), "ingest-2.log");
@@ -120,7 +116,8 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     // A pass can end early (rows still arriving change the day under it,
     // which it reports and redoes): try up to three times to land the kill.
     for attempt in 0..3 {
-        let outcome = kill_at_step(&p, "inferlog-compactor", &["--once"], "INFERLOG_COMPACTOR_PAUSE_AFTER", step, &format!("compactor-2-{attempt}.log"));
+        let outcome =
+            kill_at_step(&p, "inferlog-compactor", &["--once"], "INFERLOG_COMPACTOR_PAUSE_AFTER", step, &format!("compactor-2-{attempt}.log"));
         let landed = outcome.starts_with("kill -9");
         schedule.push(outcome);
         if landed {

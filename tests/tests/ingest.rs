@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use inferlog_tests::{
-    clickhouse_u64, expected_reasons, generate, http_get, kafkatool, read_topic, sigterm, valid_count, wait_for, wait_with_limit, write_jsonl, Scenario,
+    clickhouse_u64, expected_reasons, generate, http_get, kafkatool, read_topic, sigterm, valid_count, wait_for, wait_with_limit, write_jsonl,
+    Scenario,
 };
 
 #[test]
@@ -47,7 +48,12 @@ fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {
     // No user id in clear: every stored value is `<key id>:<64 hex>`, and no
     // text column holds a generated plaintext id (`u-` and six digits).
     let t = s.qualified_table();
-    assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE user_id_hash IS NOT NULL AND NOT match(user_id_hash, '^[0-9a-f]{{8}}:[0-9a-f]{{64}}$')")), 0);
+    assert_eq!(
+        clickhouse_u64(&format!(
+            "SELECT count() FROM {t} WHERE user_id_hash IS NOT NULL AND NOT match(user_id_hash, '^[0-9a-f]{{8}}:[0-9a-f]{{64}}$')"
+        )),
+        0
+    );
     assert!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE user_id_hash IS NOT NULL")) > valid / 2);
     let text = "concat(request_id, business_line, model_name, model_version, ifNull(tenant, ''), ifNull(session_id, ''), ifNull(request_type, ''), ifNull(user_id_hash, ''))";
     assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE match({text}, 'u-[0-9]{{6}}')")), 0);
@@ -56,7 +62,10 @@ fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {
     // Rows land in their UTC day's partition.
     let days = clickhouse_u64(&format!("SELECT uniqExact(_partition_id) FROM {t}"));
     assert!(days >= 3, "partitioned by day: {days}");
-    assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE toDate(event_time) != day AND toDateTime(toDate(event_time)) = toDateTime(day)")), 0);
+    assert_eq!(
+        clickhouse_u64(&format!("SELECT count() FROM {t} WHERE toDate(event_time) != day AND toDateTime(toDate(event_time)) = toDateTime(day)")),
+        0
+    );
 }
 
 #[test]
@@ -247,7 +256,11 @@ fn partitions_handed_over_while_batches_are_written_lose_and_double_nothing() {
     // More events, and A leaves while both are writing them.
     inferlog_tests::produce(&s.topic, &second_file);
     // Mid-stream: rows of the second lot are landing.
-    wait_for(Duration::from_secs(120), || s.hot_count().0 > valid_first, || format!("{:?}\nA: {}\nB: {}", s.hot_count(), s.log("a.log"), s.log("b.log")));
+    wait_for(
+        Duration::from_secs(120),
+        || s.hot_count().0 > valid_first,
+        || format!("{:?}\nA: {}\nB: {}", s.hot_count(), s.log("a.log"), s.log("b.log")),
+    );
     let status_a = sigterm(&mut a, Duration::from_secs(60));
     assert!(status_a.success(), "A stops cleanly: {}", s.log("a.log"));
     // B resumes from A's commits.

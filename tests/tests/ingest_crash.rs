@@ -24,7 +24,11 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     while kills < 5 {
         let target = valid * (kills + 1) / 7;
         let mut child = s.spawn_ingest(None, &format!("run-{kills}.log"));
-        wait_for(Duration::from_secs(120), || s.hot_count().0 >= target, || format!("{target} rows stored (seed {seed}): {}", s.log(&format!("run-{kills}.log"))));
+        wait_for(
+            Duration::from_secs(120),
+            || s.hot_count().0 >= target,
+            || format!("{target} rows stored (seed {seed}): {}", s.log(&format!("run-{kills}.log"))),
+        );
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..400)));
         child.kill().expect("kill -9");
         let _ = child.wait();
@@ -39,27 +43,24 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     // Rejects: ingest logged each source offset (it logs only after the DLQ
     // acknowledged it), and each reached the DLQ (at least once; see the DLQ
     // note in README). Checked in that order, so a failure says which side lost it.
-    let logged = inferlog_tests::clickhouse_u64(&format!(
-        "SELECT uniqExact(kafka_partition, kafka_offset) FROM inferlog_test.{}",
-        s.rejects_table
-    ));
+    let logged = inferlog_tests::clickhouse_u64(&format!("SELECT uniqExact(kafka_partition, kafka_offset) FROM inferlog_test.{}", s.rejects_table));
     let dlq = read_topic(&s.dlq);
     let sources = inferlog_tests::dlq_sources(&dlq);
     if logged != events.len() as u64 - valid {
         // Seen once (2085 of 2096 logged, rows exact): say which offsets and what ingest did.
-        let in_log: std::collections::HashSet<String> = clickhouse(&format!(
-            "SELECT concat(toString(kafka_partition), '/', toString(kafka_offset)) FROM inferlog_test.{}",
-            s.rejects_table
-        ))
-        .lines()
-        .map(str::to_owned)
-        .collect();
+        let in_log: std::collections::HashSet<String> =
+            clickhouse(&format!("SELECT concat(toString(kafka_partition), '/', toString(kafka_offset)) FROM inferlog_test.{}", s.rejects_table))
+                .lines()
+                .map(str::to_owned)
+                .collect();
         let mut missing: Vec<&String> = sources.difference(&in_log).collect();
         missing.sort();
         let runs: Vec<String> = (0..kills).map(|k| format!("run-{k}.log")).chain(["final.log".to_owned()]).collect();
         let notable: Vec<String> = runs
             .iter()
-            .flat_map(|name| s.log(name).lines().filter(|l| !l.contains(" INFO ") || l.contains("replaying")).map(|l| format!("{name}: {l}")).collect::<Vec<_>>())
+            .flat_map(|name| {
+                s.log(name).lines().filter(|l| !l.contains(" INFO ") || l.contains("replaying")).map(|l| format!("{name}: {l}")).collect::<Vec<_>>()
+            })
             .collect();
         panic!(
             "rejects logged by ingest: {logged}, expected {}; in the DLQ but not logged: {missing:?}; rows after each kill: {progress:?}\n{}",

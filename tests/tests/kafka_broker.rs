@@ -67,7 +67,11 @@ fn a_clean_broker_restart_during_a_rebalance_loses_and_doubles_nothing() {
     let restart = OnDrop("start-kafka");
     services("stop-kafka");
     drop(restart);
-    wait_for(Duration::from_secs(240), || s.hot_count().0 >= valid, || format!("{:?} of {valid}:\nA: {}\nB: {}", s.hot_count(), s.log("a.log"), s.log("b.log")));
+    wait_for(
+        Duration::from_secs(240),
+        || s.hot_count().0 >= valid,
+        || format!("{:?} of {valid}:\nA: {}\nB: {}", s.hot_count(), s.log("a.log"), s.log("b.log")),
+    );
     for (child, name) in [(&mut a, "a.log"), (&mut b, "b.log")] {
         let status = sigterm(child, Duration::from_secs(60));
         assert!(status.success(), "{name}: {}", s.log(name));
@@ -97,11 +101,7 @@ fn messages_the_broker_deleted_before_ingest_read_them_are_counted_and_the_rest_
 
     let mut ingest = s.spawn_ingest(None, "ingest.log");
     wait_for(Duration::from_secs(120), || s.hot_count().0 >= valid, || s.log("ingest.log"));
-    wait_for(
-        Duration::from_secs(30),
-        || metric(&addr, "inferlog_ingest_offsets_lost_total ") == Some(1_000),
-        || http_get(&addr, "/metrics"),
-    );
+    wait_for(Duration::from_secs(30), || metric(&addr, "inferlog_ingest_offsets_lost_total ") == Some(1_000), || http_get(&addr, "/metrics"));
     assert_eq!(metric(&addr, "inferlog_ingest_offset_gaps_total{outcome=\"lost\"} "), Some(1), "one gap, counted");
     let status = sigterm(&mut ingest, Duration::from_secs(60));
     let log = s.log("ingest.log");

@@ -53,7 +53,9 @@ fn violations(report: &serde_json::Value) -> Vec<(String, String, String)> {
         .as_array()
         .expect("violations")
         .iter()
-        .map(|v| (v["tier"].as_str().unwrap_or("").to_owned(), v["unit"].as_str().unwrap_or("").to_owned(), v["cause"].as_str().unwrap_or("").to_owned()))
+        .map(|v| {
+            (v["tier"].as_str().unwrap_or("").to_owned(), v["unit"].as_str().unwrap_or("").to_owned(), v["cause"].as_str().unwrap_or("").to_owned())
+        })
         .collect();
     v.sort();
     v
@@ -86,7 +88,10 @@ fn audit_reports_exactly_the_expired_units_enforce_removes_them_and_audits_each(
     assert_eq!(violations(&report), expected, "exactly the expired units, nothing else");
     assert_eq!(report["dlq"]["retention_ms"], SEVEN_DAYS_MS, "the broker reports the DLQ retention");
     let hot = &report["tiers"][0];
-    assert_eq!((hot["tier"].as_str(), hot["oldest"].as_str(), hot["units"].as_u64(), hot["expired_units"].as_u64()), (Some("hot"), Some(day_string(t - 7).as_str()), Some(6), Some(5)));
+    assert_eq!(
+        (hot["tier"].as_str(), hot["oldest"].as_str(), hot["units"].as_u64(), hot["expired_units"].as_u64()),
+        (Some("hot"), Some(day_string(t - 7).as_str()), Some(6), Some(5))
+    );
 
     // Dry run: reports the same units, deletes nothing, audits them as dry runs.
     let before = s.end_state();
@@ -152,7 +157,10 @@ fn an_unarchived_hot_day_is_never_dropped_and_drift_in_the_cold_store_is_reporte
         s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='inferlog', aws_secret_access_key=sys.argv[4])\n\
         s3.delete_object(Bucket='inferlog-cold', Key=sys.argv[2])\n\
         s3.put_object(Bucket='inferlog-cold', Key=sys.argv[3], Body=b'not parquet')\n";
-    let out = std::process::Command::new("python3").args(["-c", script, &inferlog_tests::tiers::s3_endpoint(), &missing, &orphan, &inferlog_tests::tiers::s3_secret()]).output().expect("python3");
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &inferlog_tests::tiers::s3_endpoint(), &missing, &orphan, &inferlog_tests::tiers::s3_secret()])
+        .output()
+        .expect("python3");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, report) = audit_json(&s, &at(0), "audit-drift.log");
     assert_eq!(code, 1);

@@ -295,11 +295,8 @@ fn normalize(contract: &Contract, hasher: &UserIdHasher, now: Option<i64>, path:
 
 fn compat_command(old_path: &PathBuf, out: &mut impl Write) -> Result<u8, Fatal> {
     let mut text = String::new();
-    File::open(old_path)
-        .and_then(|mut f| f.read_to_string(&mut text))
-        .map_err(|e| Fatal(format!("cannot read {}: {e}", old_path.display())))?;
-    let old: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Fatal(format!("{} is not JSON: {e}", old_path.display())))?;
+    File::open(old_path).and_then(|mut f| f.read_to_string(&mut text)).map_err(|e| Fatal(format!("cannot read {}: {e}", old_path.display())))?;
+    let old: serde_json::Value = serde_json::from_str(&text).map_err(|e| Fatal(format!("{} is not JSON: {e}", old_path.display())))?;
     if !old["properties"].is_object() {
         return Err(Fatal(format!("{} is not an inferlog JSON Schema (no \"properties\")", old_path.display())));
     }
