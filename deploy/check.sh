@@ -8,8 +8,10 @@
 #   3. the event-parser fuzz target (schema/fuzz, cargo-fuzz on nightly) for
 #      FUZZ_SECONDS (default 60) on the committed corpus. New inputs it finds
 #      go to a scratch directory, not the committed corpus; a crash fails
-#      the check and leaves the input under schema/fuzz/artifacts/.
-# Usage: deploy/check.sh [rules|systemd|fuzz]...   (default: all three)
+#      the check and leaves the input under schema/fuzz/artifacts/;
+#   4. the code: `cargo fmt --check` (rustfmt.toml) and clippy with every
+#      warning an error, on every target.
+# Usage: deploy/check.sh [rules|systemd|fuzz|code]...   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -58,8 +60,14 @@ check_fuzz() {
         | grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse)|NEW_FUNC' | tail -n 60
 }
 
+check_code() {
+    cargo fmt --all -- --check
+    cargo clippy --release --workspace --all-targets --locked -- -D warnings
+    echo "code: formatted, clippy clean"
+}
+
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(rules systemd fuzz)
+[ ${#steps[@]} -eq 0 ] && steps=(code rules systemd fuzz)
 for step in "${steps[@]}"; do
     echo "== deploy/check.sh $step"
     "check_$step"
