@@ -9,7 +9,6 @@ use clap::Parser;
 use inferlog_compactor::config::Config;
 use inferlog_compactor::metrics::Metrics;
 use inferlog_compactor::service::Compactor;
-use tokio::sync::watch;
 
 #[derive(Debug, Parser)]
 #[command(name = "inferlog-compactor", version, about = "Archive closed days to Parquet, aggregate them into Postgres, release them from ClickHouse")]
@@ -29,26 +28,6 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-fn shutdown_signal() -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(%e, "cannot listen for SIGTERM");
-                return;
-            }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("shutdown requested");
-        let _ = tx.send(true);
-    });
-    rx
-}
-
 async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
     inferlog_store::test_hooks::refuse_unless_built_in(inferlog_compactor::day::PAUSE_ENV).map_err(inferlog_compactor::CompactorError::Config)?;
     let config = Config::load(&args.config)?;
@@ -61,7 +40,7 @@ async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
     };
     let metrics = Metrics::new();
     let compactor = Compactor::connect(config.clone(), metrics.clone()).await?;
-    let shutdown = shutdown_signal();
+    let shutdown = inferlog_store::cli::shutdown_signal("stopping between days");
     if let Some(day) = day {
         if !compactor.is_closed(day, now_ms()) {
             return Err(inferlog_compactor::CompactorError::Config(format!(

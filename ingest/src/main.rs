@@ -9,8 +9,6 @@ use std::time::Duration;
 use clap::Parser;
 use inferlog_ingest::pipeline::{run, RunOptions};
 use inferlog_ingest::{metrics, Config};
-use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::watch;
 
 #[derive(Debug, Parser)]
 #[command(name = "inferlog-ingest", version, about = "Kafka to ClickHouse, exactly once; rejects to the DLQ")]
@@ -42,7 +40,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let (stop, shutdown) = watch::channel(false);
+        let shutdown = inferlog_store::cli::shutdown_signal("stopping fetch, flushing, committing");
         let metrics = metrics::Metrics::new();
         if !config.ingest.metrics_addr.is_empty() {
             let (addr, m, s) = (config.ingest.metrics_addr.clone(), metrics.clone(), shutdown.clone());
@@ -52,14 +50,6 @@ fn main() -> ExitCode {
                 }
             });
         }
-        tokio::spawn(async move {
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: stopping fetch, flushing, committing"),
-                _ = int.recv() => tracing::info!("SIGINT: stopping fetch, flushing, committing"),
-            }
-            let _ = stop.send(true);
-        });
         match run(config, RunOptions { exit_when_idle: cli.exit_when_idle }, metrics, shutdown).await {
             Ok(summary) => {
                 tracing::info!(

@@ -98,8 +98,7 @@ async fn daemon_pass(stores: &Stores, config: &Config, metrics: &Metrics, now: O
 /// `enforce --daemon`: a pass every `retention.interval`, `/metrics` and
 /// `/healthz` meanwhile, exit 0 on SIGTERM / SIGINT between passes.
 async fn daemon(stores: &Stores, config: &Config, now: Option<&str>, dry_run: bool) -> Result<i32, RetentionError> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| RetentionError::Config(format!("SIGTERM handler: {e}")))?;
+    let mut shutdown = inferlog_store::cli::shutdown_signal("stopping between passes");
     let metrics = Metrics::new();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let server = (!config.retention.metrics_addr.is_empty()).then(|| {
@@ -117,8 +116,7 @@ async fn daemon(stores: &Stores, config: &Config, now: Option<&str>, dry_run: bo
         }
         tokio::select! {
             _ = tokio::time::sleep(config.retention.interval) => {}
-            _ = term.recv() => break,
-            _ = tokio::signal::ctrl_c() => break,
+            _ = shutdown.changed() => break,
         }
     }
     let _ = stop.send(true);

@@ -27,6 +27,30 @@ fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
     tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|_| "info,clickhouse=warn".into())
 }
 
+/// A receiver that turns true at the first SIGTERM or SIGINT, logged with
+/// `then` (what the daemon does next). The one signal handler of every
+/// daemon. Call inside the runtime.
+pub fn shutdown_signal(then: &'static str) -> tokio::sync::watch::Receiver<bool> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => (term, int),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(%e, "cannot listen for SIGTERM / SIGINT");
+                return;
+            }
+        };
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!("{name}: {then}");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
 /// Runs `work` to completion: its code, or on an error (logged as
 /// `<command> failed`) the exit code of the error's class.
 pub fn run<E: Display + Classified>(command: &str, work: impl Future<Output = Result<i32, E>>) -> ExitCode {
