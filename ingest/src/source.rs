@@ -7,7 +7,6 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
@@ -180,24 +179,7 @@ impl ConsumerContext for IngestContext {
 
 pub type Consumer = StreamConsumer<IngestContext>;
 
-/// librdkafka settings shared by the consumer, the DLQ producer and
-/// retention's admin client: brokers, `[kafka.security]` (password read
-/// here) and `kafka.options`. Never log the result: it holds the password.
-pub fn client_config(kafka: &KafkaConfig) -> Result<ClientConfig, IngestError> {
-    let security = kafka.security.resolve()?;
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &kafka.brokers);
-    for (k, v) in security.properties {
-        config.set(k, v);
-    }
-    if let Some(password) = &security.password {
-        config.set("sasl.password", password.expose());
-    }
-    for (k, v) in &kafka.options {
-        config.set(k, v);
-    }
-    Ok(config)
-}
+pub use inferlog_store::kafka::client_config;
 
 /// A consumer of the source topics, with what its rebalance callbacks share
 /// with the pipeline.

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use inferlog_ingest::config::KafkaConfig;
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
+use inferlog_store::kafka::KafkaConfig;
 use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig, StoreError};
 
 use crate::error::RetentionError;

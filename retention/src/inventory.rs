@@ -97,7 +97,7 @@ async fn deletions(catalog: &Catalog) -> Result<Vec<Deletion>, StoreError> {
 
 /// `retention.ms` of the DLQ topic through the Kafka admin API.
 pub async fn dlq_retention(config: &Config) -> DlqRetention {
-    let client_config = match inferlog_ingest::source::client_config(&config.kafka) {
+    let client_config = match inferlog_store::kafka::client_config(&config.kafka) {
         Ok(c) => c,
         Err(e) => return DlqRetention::Unknown(format!("admin client: {e}")),
     };

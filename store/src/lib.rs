@@ -20,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod hot;
 pub mod http;
+pub mod kafka;
 pub mod policy;
 pub mod release;
 pub mod test_hooks;

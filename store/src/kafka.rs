@@ -1,0 +1,245 @@
+//! The Kafka connection every component shares: the `[kafka]` table (the
+//! source topics and the DLQ, which is a tier of its own), how clients
+//! authenticate (`[kafka.security]`, the password from the environment or
+//! a file), and the librdkafka settings built from them. Ingest consumes
+//! and produces with them; retention asks the broker about the DLQ.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::StoreError;
+
+/// How a replica gets its partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Assignment {
+    Group,
+    Static,
+}
+
+/// The `[kafka]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers. Default: "127.0.0.1:9092".
+    pub brokers: String,
+    /// Topics to consume. Default: ["inference-events"].
+    pub topics: Vec<String>,
+    /// Consumer group; replicas with the same group share the partitions. Default: "inferlog-ingest".
+    pub group_id: String,
+    /// How partitions are shared between replicas: "group" (the consumer
+    /// group assigns them and rebalances when replicas come and go) or
+    /// "static" (this replica reads `partitions`, or every partition, with
+    /// offsets still committed under `group_id`; for brokers whose group
+    /// coordinator cannot be trusted to expire a crashed member). Default: "group".
+    pub assignment: Assignment,
+    /// With `assignment = "group"`: librdkafka's `partition.assignment.strategy`.
+    /// "range" or "roundrobin" stop the whole group at every rebalance;
+    /// "cooperative-sticky" moves only the partitions that change owner
+    /// (tested, but one fresh-clone run drained nothing with it, so not yet
+    /// the default). Every member of a group must use the same. Default: "range".
+    pub assignor: String,
+    /// With `assignment = "static"`: the partitions this replica reads; empty means all. Default: [].
+    pub partitions: Vec<i32>,
+    /// Dead-letter topic for rejected messages. Default: "inference-events-dlq".
+    pub dlq_topic: String,
+    /// How long the group waits for a silent member before reassigning its partitions. Default: "10s".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub session_timeout: Duration,
+    /// Longest a fetch waits at the broker for more data (librdkafka
+    /// `fetch.wait.max.ms`). Short, because some Kafka-compatible brokers
+    /// always wait the full time. Default: "20ms".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub fetch_max_wait: Duration,
+    /// Upper bound of messages librdkafka prefetches, in KiB; bounds memory when ClickHouse is slow. Default: 8192.
+    pub prefetch_max_kbytes: u32,
+    /// How consumer, DLQ producer and admin client connect and authenticate
+    /// (protocol, sasl_mechanism, username, password_file, ca_file; the
+    /// password itself from INFERLOG_KAFKA_PASSWORD or password_file).
+    /// Default: plaintext, no SASL, the system's CAs.
+    pub security: KafkaSecurity,
+    /// Extra librdkafka properties for consumer and producer (secrets are
+    /// refused here: they belong in `security`). Default: none.
+    pub options: BTreeMap<String, String>,
+}
+
+/// The protocol of the broker listener inferlog connects to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn librdkafka(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "plaintext",
+            SecurityProtocol::Ssl => "ssl",
+            SecurityProtocol::SaslPlaintext => "sasl_plaintext",
+            SecurityProtocol::SaslSsl => "sasl_ssl",
+        }
+    }
+
+    fn sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+
+    fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+}
+
+/// Environment variable holding the SASL password (wins over `password_file`).
+pub const KAFKA_PASSWORD_ENV: &str = "INFERLOG_KAFKA_PASSWORD";
+
+/// The `[kafka.security]` table. The password is never a value of this
+/// file: it comes from `INFERLOG_KAFKA_PASSWORD` or `password_file`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaSecurity {
+    /// "plaintext", "ssl", "sasl_plaintext" or "sasl_ssl". Default: "plaintext".
+    pub protocol: SecurityProtocol,
+    /// SASL mechanism: "SCRAM-SHA-512", "SCRAM-SHA-256" or "PLAIN". Default: "SCRAM-SHA-512".
+    pub sasl_mechanism: String,
+    /// SASL user name. Default: "".
+    pub username: String,
+    /// File whose content (trimmed) is the SASL password, when `INFERLOG_KAFKA_PASSWORD` is unset. Default: "".
+    pub password_file: String,
+    /// PEM file of the CA that signed the brokers' certificates; empty means the system's CAs. Default: "".
+    pub ca_file: String,
+}
+
+impl Default for KafkaSecurity {
+    fn default() -> Self {
+        KafkaSecurity {
+            protocol: SecurityProtocol::Plaintext,
+            sasl_mechanism: "SCRAM-SHA-512".into(),
+            username: String::new(),
+            password_file: String::new(),
+            ca_file: String::new(),
+        }
+    }
+}
+
+/// A secret read at start-up: never printed, whatever prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// The librdkafka properties of `[kafka.security]`, password resolved.
+/// `Debug` shows the password as `<redacted>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSecurity {
+    pub properties: Vec<(&'static str, String)>,
+    pub password: Option<Secret>,
+}
+
+/// librdkafka properties that hold secrets: refused in `kafka.options`.
+pub const SECRET_OPTIONS: [&str; 4] = ["sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret"];
+
+impl KafkaSecurity {
+    /// Checks the table and reads the password (environment first, then the file).
+    pub fn resolve(&self) -> Result<ClientSecurity, StoreError> {
+        let bad = |why: String| StoreError::Config(format!("kafka.security: {why}"));
+        let mut properties = vec![("security.protocol", self.protocol.librdkafka().to_owned())];
+        if self.protocol.tls() && !self.ca_file.is_empty() {
+            if !Path::new(&self.ca_file).is_file() {
+                return Err(bad(format!("ca_file {:?} is not a readable file", self.ca_file)));
+            }
+            properties.push(("ssl.ca.location", self.ca_file.clone()));
+        }
+        if !self.protocol.sasl() {
+            return Ok(ClientSecurity { properties, password: None });
+        }
+        if !["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"].contains(&self.sasl_mechanism.as_str()) {
+            return Err(bad(format!("sasl_mechanism {:?}: one of SCRAM-SHA-512, SCRAM-SHA-256, PLAIN", self.sasl_mechanism)));
+        }
+        if self.username.is_empty() {
+            return Err(bad("username must be set for a SASL protocol".into()));
+        }
+        let password = match std::env::var(KAFKA_PASSWORD_ENV) {
+            Ok(p) if !p.is_empty() => p,
+            _ if self.password_file.is_empty() => {
+                return Err(bad(format!("a SASL protocol needs a password: set {KAFKA_PASSWORD_ENV} or password_file")));
+            }
+            _ => std::fs::read_to_string(&self.password_file)
+                .map_err(|e| bad(format!("password_file {:?}: {e}", self.password_file)))?
+                .trim()
+                .to_owned(),
+        };
+        if password.is_empty() {
+            return Err(bad(format!("password_file {:?} is empty", self.password_file)));
+        }
+        properties.push(("sasl.mechanism", self.sasl_mechanism.clone()));
+        properties.push(("sasl.username", self.username.clone()));
+        Ok(ClientSecurity { properties, password: Some(Secret(password)) })
+    }
+
+    /// "SASL_SSL SCRAM-SHA-512" or "PLAINTEXT": for error messages.
+    pub fn describe(&self) -> String {
+        let protocol = self.protocol.librdkafka().to_ascii_uppercase();
+        if self.protocol.sasl() {
+            format!("{protocol} {}", self.sasl_mechanism)
+        } else {
+            protocol
+        }
+    }
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: "127.0.0.1:9092".into(),
+            topics: vec!["inference-events".into()],
+            group_id: "inferlog-ingest".into(),
+            assignment: Assignment::Group,
+            assignor: "range".into(),
+            partitions: Vec::new(),
+            dlq_topic: "inference-events-dlq".into(),
+            session_timeout: Duration::from_secs(10),
+            fetch_max_wait: Duration::from_millis(20),
+            prefetch_max_kbytes: 8 * 1024,
+            security: KafkaSecurity::default(),
+            options: BTreeMap::new(),
+        }
+    }
+}
+
+/// librdkafka settings shared by the consumer, the DLQ producer and
+/// retention's admin client: brokers, `[kafka.security]` (password read
+/// here) and `kafka.options`. Never log the result: it holds the password.
+pub fn client_config(kafka: &KafkaConfig) -> Result<ClientConfig, StoreError> {
+    let security = kafka.security.resolve()?;
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &kafka.brokers);
+    for (k, v) in security.properties {
+        config.set(k, v);
+    }
+    if let Some(password) = &security.password {
+        config.set("sasl.password", password.expose());
+    }
+    for (k, v) in &kafka.options {
+        config.set(k, v);
+    }
+    Ok(config)
+}
