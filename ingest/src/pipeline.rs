@@ -384,16 +384,16 @@ impl Pipeline {
     async fn start_partition(&mut self, key: &PartitionKey) -> Result<(), IngestError> {
         let (topic, partition) = (&key.0, key.1);
         let t = topic.to_string();
-        let positions = on_consumer(&self.consumer, "offset lookup", move |consumer| {
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition(&t, partition);
-            let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
-            let committed = committed.find_partition(&t, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
-            let (low, _high) = consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))?;
-            Ok::<_, rdkafka::error::KafkaError>((committed, low))
-        })
-        .await?
-        .map_err(|source| IngestError::Kafka { operation: "committed offset lookup", source })?;
+        let positions = self
+            .broker_call("committed offset lookup", move |consumer| {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(&t, partition);
+                let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+                let committed = committed.find_partition(&t, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
+                let (low, _high) = consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))?;
+                Ok((committed, low))
+            })
+            .await?;
         let (committed, low) = positions;
         if let Some(committed) = committed.filter(|c| *c < low) {
             // The broker deleted (retention) what the group had not read yet.
@@ -416,6 +416,41 @@ impl Pipeline {
         Ok(())
     }
 
+    /// A broker round trip (off the async workers), retried with backoff
+    /// while the broker is away or busy (restarting, a leader moving, the
+    /// coordinator loading): logged at WARN, never the end of the run. A
+    /// permanent refusal ends it (exit 2); so does a shutdown meanwhile.
+    async fn broker_call<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        call: impl Fn(&Consumer) -> rdkafka::error::KafkaResult<T> + Send + Sync + 'static,
+    ) -> Result<T, IngestError> {
+        let call = Arc::new(call);
+        let mut backoff = self.config.ingest.retry_initial_backoff;
+        let mut shutdown = self.writer.shutdown.clone();
+        loop {
+            let attempt = call.clone();
+            match on_consumer(&self.consumer, what, move |consumer| attempt(consumer)).await? {
+                Ok(v) => return Ok(v),
+                Err(source) => {
+                    if let Some(code) = source.rdkafka_error_code().filter(|c| source::is_permanent(*c)) {
+                        return Err(self.refused(code, source.to_string()));
+                    }
+                    if *shutdown.borrow() {
+                        return Err(IngestError::Kafka { operation: what, source });
+                    }
+                    metrics::consume_error(&self.metrics);
+                    tracing::warn!(what, error = %source, backoff_ms = backoff.as_millis() as u64, "kafka: waiting for the broker");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                    backoff = (backoff * 2).min(self.config.ingest.retry_max_backoff);
+                }
+            }
+        }
+    }
+
     /// The broker delivered `got` past the expected offset of `key`:
     /// counts what retention deleted before ingest read it (below the log
     /// start) and what the broker never hands out (transaction markers,
@@ -423,18 +458,10 @@ impl Pipeline {
     async fn gap(&mut self, key: &PartitionKey, got: i64) -> Result<(), IngestError> {
         let (topic, partition) = (key.0.to_string(), key.1);
         let t = topic.clone();
-        let watermarks =
-            on_consumer(&self.consumer, "watermark", move |consumer| consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))).await?;
+        let (log_start, _) =
+            self.broker_call("log start lookup", move |consumer| consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))).await?;
         let Some(state) = self.partitions.get(key) else { return Ok(()) };
         let expected = state.expected;
-        let log_start = match watermarks {
-            Ok((low, _)) => low,
-            Err(error) => {
-                // Unknown: the whole gap counts as lost, so it is never hidden.
-                tracing::warn!(%topic, partition, %error, "cannot read the log start; counting the gap as lost");
-                got
-            }
-        };
         let outcome = state.gap(got, log_start);
         if outcome.lost > 0 {
             tracing::error!(%topic, partition, expected, got, log_start, lost = outcome.lost, "offsets are gone from the broker (retention) before ingest read them");

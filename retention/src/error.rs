@@ -7,7 +7,7 @@ use inferlog_store::StoreError;
 pub enum RetentionError {
     #[error("config: {0}")]
     Config(String),
-    /// A tier could not be reached or read: the command exits 2, never passes silently.
+    /// A tier could not be reached or read: the command exits with the error's class (75 unreachable, 2 misconfigured), never passes silently.
     #[error("{tier} tier: {source}")]
     Tier { tier: &'static str, source: StoreError },
 }

@@ -189,12 +189,12 @@ fn a_dlq_kept_longer_than_the_hot_policy_or_of_unknown_retention_is_a_violation(
 }
 
 #[test]
-fn a_tier_that_cannot_be_reached_exits_2() {
+fn a_tier_that_cannot_be_reached_exits_75() {
     let s = scenario("ret_down", Some(SEVEN_DAYS_MS));
     let config = std::fs::read_to_string(&s.config).expect("config").replace("127.0.0.1:8123", "127.0.0.1:1");
     std::fs::write(&s.config, config).expect("config");
     let (code, _) = s.run("inferlog-retention", &["audit"], "audit.log");
-    assert_eq!(code, 2, "never a silent pass: {}", s.log("audit.log"));
+    assert_eq!(code, 75, "never a silent pass; transient, run again: {}", s.log("audit.log"));
     assert!(s.log("audit.log").contains("hot tier"), "{}", s.log("audit.log"));
 }
 
