@@ -316,7 +316,9 @@ fn sigterm_flushes_commits_and_exits_zero() {
 
 #[test]
 fn a_dlq_that_cannot_take_rejects_blocks_the_commit_and_loses_nothing() {
-    let s = Scenario::static_assignment("dlqdown", 1, "");
+    // librdkafka fails a message to a topic that does not appear within
+    // topic.metadata.propagation.max.ms (default 30 s): 3 s here.
+    let s = Scenario::with_kafka("dlqdown", 1, "assignment = \"static\"\noptions = { \"topic.metadata.propagation.max.ms\" = \"3000\" }\n", "");
     let events = s.produce_generated(2_000, 0.05, 808);
     let valid = valid_count(&events) as u64;
     let invalid = events.len() as u64 - valid;
