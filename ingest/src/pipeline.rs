@@ -58,6 +58,11 @@ const CAUGHT_UP_AFTER: Duration = Duration::from_millis(100);
 /// its first partition (joining a group takes a few seconds).
 const NO_ASSIGNMENT_GRACE: Duration = Duration::from_secs(30);
 
+/// With `--exit-when-idle`, how long past the idle time ingest waits for
+/// partitions that are behind their end yet deliver nothing, before it
+/// exits 75 naming them (a wait, never a hang).
+const NOT_DRAINED_LIMIT: Duration = Duration::from_secs(300);
+
 /// With `--exit-when-idle`, how often the drain check asks the broker.
 const DRAIN_CHECK_EVERY: Duration = Duration::from_secs(1);
 
@@ -251,6 +256,12 @@ impl Pipeline {
                                     return Ok(());
                                 }
                                 Some(DrainState::Behind { held, others }) => {
+                                    if last_message.elapsed() >= idle + NOT_DRAINED_LIMIT {
+                                        return Err(IngestError::NotDrained(format!(
+                                            "nothing arrived for {} while partitions are behind their end: held here {held:?}, by others {others:?}",
+                                            humantime::format_duration(last_message.elapsed())
+                                        )));
+                                    }
                                     tracing::info!(?held, ?others, "not drained yet: partitions behind their end (held here, or by other members)");
                                 }
                                 None => {}
