@@ -27,7 +27,7 @@ import sys
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 BROKERS = "127.0.0.1:9092"
@@ -141,12 +141,6 @@ def read_all(args):
                         break
                     continue
                 if msg.error():
-                    # Right after a broker restart a topic's metadata can be
-                    # missing for a moment: wait that out, fail on the rest.
-                    transient = msg.error().retriable() or msg.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-                    if transient and now - started < args.idle + 30:
-                        time.sleep(0.2)
-                        continue
                     raise KafkaException(msg.error())
                 last = now
                 offsets = seen.setdefault(msg.partition(), set())
@@ -225,12 +219,6 @@ def first_offsets(args):
                 if msg is None:
                     continue
                 if msg.error():
-                    # Right after a broker restart a topic's metadata can be
-                    # missing for a moment: wait that out, fail on the rest.
-                    transient = msg.error().retriable() or msg.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-                    if transient and now - started < args.idle + 30:
-                        time.sleep(0.2)
-                        continue
                     raise KafkaException(msg.error())
                 found[offset] = msg.offset()
                 break
