@@ -344,14 +344,23 @@ impl Pipeline {
         if !self.partitions.contains_key(&key) {
             self.start_partition(&key).await?;
         }
-        let Some(state) = self.partitions.get(&key) else { return Ok(()) };
+        // One map lookup per message; only a gap (rare) looks it up again.
+        let mut state = match self.partitions.get_mut(&key) {
+            Some(state) => state,
+            None => return Ok(()),
+        };
         match state.classify(offset) {
             Delivery::Next => {}
             // Before the commit point: delivered again (a seek or an offset reset).
             Delivery::Again => return Ok(()),
-            Delivery::Gap => self.gap(&key, offset).await?,
+            Delivery::Gap => {
+                self.gap(&key, offset).await?;
+                state = match self.partitions.get_mut(&key) {
+                    Some(state) => state,
+                    None => return Ok(()),
+                };
+            }
         }
-        let Some(state) = self.partitions.get_mut(&key) else { return Ok(()) };
         state.advanced_to(offset);
         self.summary.messages += 1;
         consumed.inc();
