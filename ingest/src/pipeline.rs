@@ -232,6 +232,8 @@ impl Pipeline {
                             next = futures_util::FutureExt::now_or_never(consumer.recv());
                         }
                     }
+                    // The gauge counts what was just read, not what the last tick saw.
+                    metrics::inflight(&self.metrics, self.buffered_rows());
                 }
                 _ = ticker.tick() => {
                     self.check_fatal()?;
