@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use inferlog_schema::{Contract, UserIdHasher};
+use inferlog_store::retry::{self, Retryable};
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -118,22 +119,17 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
     let sink = ClickHouseSink::new(&config.clickhouse)?;
-    let mut backoff = config.ingest.retry_initial_backoff;
+    // ClickHouse may still be starting: wait for it, until a shutdown.
     let mut attempt = 0;
-    loop {
-        match sink.ensure_schema().await {
-            Ok(()) => break,
-            Err(e) => {
-                attempt += 1;
-                metrics::insert_failed(&metrics, &e, attempt, backoff);
-                tokio::select! {
-                    _ = shutdown.changed() => return Err(e),
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(config.ingest.retry_max_backoff);
-            }
-        }
-    }
+    (|| sink.ensure_schema())
+        .retry(retry::backoff(config.ingest.retry_initial_backoff, config.ingest.retry_max_backoff))
+        .sleep(retry::ShutdownSleeper::new(shutdown.clone()))
+        .when(|_| !*shutdown.borrow())
+        .notify(|e, wait| {
+            attempt += 1;
+            metrics::insert_failed(&metrics, e, attempt, wait);
+        })
+        .await?;
     let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka)?;
     let dlq = Dlq::new(&config.kafka, metrics.clone())?;
     let mut p = Pipeline {
@@ -448,29 +444,31 @@ impl Pipeline {
         call: impl Fn(&Consumer) -> rdkafka::error::KafkaResult<T> + Send + Sync + 'static,
     ) -> Result<T, IngestError> {
         let call = Arc::new(call);
-        let mut backoff = self.config.ingest.retry_initial_backoff;
-        let mut shutdown = self.writer.shutdown.clone();
-        loop {
+        let shutdown = self.writer.shutdown.clone();
+        let permanent = |source: &rdkafka::error::KafkaError| source.rdkafka_error_code().filter(|c| source::is_permanent(*c));
+        let result = (|| {
             let attempt = call.clone();
-            match on_consumer(&self.consumer, what, move |consumer| attempt(consumer)).await? {
-                Ok(v) => return Ok(v),
-                Err(source) => {
-                    if let Some(code) = source.rdkafka_error_code().filter(|c| source::is_permanent(*c)) {
-                        return Err(self.refused(code, source.to_string()));
-                    }
-                    if *shutdown.borrow() {
-                        return Err(IngestError::Kafka { operation: what, source });
-                    }
-                    metrics::consume_error(&self.metrics);
-                    tracing::warn!(what, error = %source, backoff_ms = backoff.as_millis() as u64, "kafka: waiting for the broker");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = shutdown.changed() => {}
-                    }
-                    backoff = (backoff * 2).min(self.config.ingest.retry_max_backoff);
-                }
+            async move {
+                on_consumer(&self.consumer, what, move |consumer| attempt(consumer))
+                    .await?
+                    .map_err(|source| IngestError::Kafka { operation: what, source })
             }
-        }
+        })
+        .retry(retry::backoff(self.config.ingest.retry_initial_backoff, self.config.ingest.retry_max_backoff))
+        .sleep(retry::ShutdownSleeper::new(shutdown.clone()))
+        .when(|e| matches!(e, IngestError::Kafka { source, .. } if permanent(source).is_none()) && !*shutdown.borrow())
+        .notify(|e, wait| {
+            metrics::consume_error(&self.metrics);
+            tracing::warn!(what, error = %e, backoff_ms = wait.as_millis() as u64, "kafka: waiting for the broker");
+        })
+        .await;
+        result.map_err(|e| match &e {
+            IngestError::Kafka { source, .. } => match permanent(source) {
+                Some(code) => self.refused(code, source.to_string()),
+                None => e,
+            },
+            _ => e,
+        })
     }
 
     /// The broker delivered `got` past the expected offset of `key`:

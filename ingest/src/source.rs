@@ -264,39 +264,32 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
 /// the group has none. Retries while the coordinator is not available
 /// (up to two minutes), logged at WARN.
 fn committed_or_earliest(consumer: &Consumer, tpl: &rdkafka::TopicPartitionList) -> Result<rdkafka::TopicPartitionList, IngestError> {
+    use inferlog_store::retry::{self, BlockingRetryable};
     use rdkafka::consumer::Consumer as _;
-    let started = std::time::Instant::now();
-    let mut backoff = std::time::Duration::from_millis(200);
-    loop {
+    use std::time::Duration;
+    let lookup = || {
         // A partition's own error (the coordinator loading) counts as the call's.
-        let answer = consumer.committed_offsets(tpl.clone(), std::time::Duration::from_secs(10)).and_then(|committed| {
+        consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)).and_then(|committed| {
             match committed.elements().iter().find_map(|e| e.error().err()) {
                 Some(e) => Err(e),
                 None => Ok(committed),
             }
-        });
-        match answer {
-            Ok(committed) => {
-                let mut resolved = rdkafka::TopicPartitionList::new();
-                for e in committed.elements() {
-                    let offset = match e.offset().to_raw().filter(|o| *o >= 0) {
-                        Some(o) => rdkafka::Offset::Offset(o),
-                        None => rdkafka::Offset::Beginning,
-                    };
-                    resolved
-                        .add_partition_offset(e.topic(), e.partition(), offset)
-                        .map_err(|source| IngestError::Kafka { operation: "assign", source })?;
-                }
-                return Ok(resolved);
-            }
-            Err(source) if started.elapsed() < std::time::Duration::from_secs(120) => {
-                tracing::warn!(error = %source, "kafka: waiting for the group coordinator to read the committed offsets");
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
-            }
-            Err(source) => return Err(IngestError::Kafka { operation: "committed offset lookup", source }),
-        }
+        })
+    };
+    let committed = lookup
+        .retry(retry::backoff_for(Duration::from_millis(200), Duration::from_secs(5), Duration::from_secs(120)))
+        .notify(|error, _| tracing::warn!(%error, "kafka: waiting for the group coordinator to read the committed offsets"))
+        .call()
+        .map_err(|source| IngestError::Kafka { operation: "committed offset lookup", source })?;
+    let mut resolved = rdkafka::TopicPartitionList::new();
+    for e in committed.elements() {
+        let offset = match e.offset().to_raw().filter(|o| *o >= 0) {
+            Some(o) => rdkafka::Offset::Offset(o),
+            None => rdkafka::Offset::Beginning,
+        };
+        resolved.add_partition_offset(e.topic(), e.partition(), offset).map_err(|source| IngestError::Kafka { operation: "assign", source })?;
     }
+    Ok(resolved)
 }
 
 #[cfg(test)]

@@ -10,10 +10,12 @@
 //! rebalance waits for it ([`crate::source::FlushGate`]), so a partition
 //! changes owner only when what was read from it is durable.
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use inferlog_schema::ErrorClass;
+use inferlog_store::retry::{self, Retryable};
 use tokio::sync::watch;
 
 use crate::batch::Batch;
@@ -50,46 +52,57 @@ impl Writer {
         self.deadline.lock().ok().and_then(|d| *d)
     }
 
-    /// Sleeps one backoff step, or returns an error once a SIGTERM's
-    /// shutdown budget is spent (the daemon then exits without committing,
-    /// and the uncommitted messages are re-read on restart).
-    async fn backoff(&self, error: &IngestError, attempt: u32, backoff: Duration) -> Result<(), IngestError> {
-        metrics::insert_failed(&self.metrics, error, attempt, backoff);
+    /// Whether a wait of `wait` still fits the shutdown budget. A SIGTERM
+    /// starts the budget at the first wait after it; past it the daemon
+    /// exits without committing, and the uncommitted messages are re-read
+    /// on restart.
+    fn fits_budget(&self, wait: Duration) -> bool {
         let deadline = if *self.shutdown.borrow() { self.start_deadline() } else { self.deadline() };
-        if let Some(deadline) = deadline {
-            if Instant::now() + backoff > deadline {
-                return Err(IngestError::ShutdownTimeout(self.config.shutdown_timeout));
-            }
-        }
-        let mut shutdown = self.shutdown.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            // A SIGTERM cuts the wait short so the deadline starts now.
-            _ = shutdown.changed(), if deadline.is_none() => {}
-        }
-        Ok(())
+        deadline.is_none_or(|deadline| Instant::now() + wait <= deadline)
     }
 
-    /// Retries `op` with exponential backoff while its errors are transient.
+    /// Runs `op` until it succeeds, waiting with exponential backoff while
+    /// its errors are transient (counted and logged); a permanent error
+    /// ends it at once, and so does a wait that would overrun the shutdown
+    /// budget ([`IngestError::ShutdownTimeout`]).
+    async fn retrying<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, IngestError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, IngestError>>,
+    {
+        // Atomics, not Cells: the future runs on the multi-threaded runtime.
+        let attempt = AtomicU32::new(0);
+        let out_of_time = AtomicBool::new(false);
+        let result = op
+            .retry(retry::backoff(self.config.retry_initial_backoff, self.config.retry_max_backoff))
+            .sleep(retry::ShutdownSleeper::new(self.shutdown.clone()))
+            .when(|e| e.class() == ErrorClass::Retry)
+            .adjust(|_, wait| {
+                let fits = wait.filter(|w| self.fits_budget(*w));
+                out_of_time.store(fits.is_none(), Ordering::Relaxed);
+                fits
+            })
+            .notify(|e, wait| {
+                let attempt = attempt.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::debug!(what, attempt, "retrying");
+                metrics::insert_failed(&self.metrics, e, attempt, wait);
+            })
+            .await;
+        match result {
+            Err(_) if out_of_time.load(Ordering::Relaxed) => Err(IngestError::ShutdownTimeout(self.config.shutdown_timeout)),
+            result => result,
+        }
+    }
+
+    /// [`Self::retrying`] a ClickHouse call; `op` learns whether this is a
+    /// retry (an insert then deduplicates against what may have landed).
     pub async fn retry<T, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T, IngestError>
     where
         F: FnMut(ClickHouseSink, bool) -> Fut,
         Fut: std::future::Future<Output = Result<T, IngestError>>,
     {
-        let mut backoff = self.config.retry_initial_backoff;
-        let mut attempt = 0;
-        loop {
-            match op(self.sink.clone(), attempt > 0).await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.class() == ErrorClass::Retry => {
-                    attempt += 1;
-                    tracing::debug!(what, attempt, "retrying");
-                    self.backoff(&e, attempt, backoff).await?;
-                    backoff = (backoff * 2).min(self.config.retry_max_backoff);
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let first = AtomicBool::new(true);
+        self.retrying(what, || op(self.sink.clone(), !first.swap(false, Ordering::Relaxed))).await
     }
 
     /// Makes the batch durable: rows per day, then rejects to the DLQ (a
@@ -107,20 +120,16 @@ impl Writer {
         if batch.rejects.is_empty() {
             return Ok(());
         }
-        let mut pending: Vec<&Reject> = batch.rejects.iter().collect();
-        let mut backoff = self.config.retry_initial_backoff;
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            match self.dlq.send_all(&pending).await {
-                Ok(()) => pending.clear(),
-                Err((failed, error)) => {
-                    attempt += 1;
-                    pending = failed;
-                    self.backoff(&error, attempt, backoff).await?;
-                    backoff = (backoff * 2).min(self.config.retry_max_backoff);
-                }
-            }
-        }
+        // A failed send leaves the rejects it could not deliver pending.
+        let pending: Mutex<Vec<&Reject>> = Mutex::new(batch.rejects.iter().collect());
+        self.retrying("send rejects to the DLQ", || async {
+            let to_send = std::mem::take(&mut *pending.lock().unwrap_or_else(|p| p.into_inner()));
+            self.dlq.send_all(&to_send).await.map_err(|(failed, error)| {
+                *pending.lock().unwrap_or_else(|p| p.into_inner()) = failed;
+                error
+            })
+        })
+        .await?;
         let log: Vec<RejectRow> = batch
             .rejects
             .iter()

@@ -5,8 +5,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::routing::get;
+use axum::Router;
 use prometheus::{Encoder, Registry, TextEncoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -33,8 +36,28 @@ pub fn render(registry: &Registry) -> String {
     String::from_utf8_lossy(&buffer).into_owned()
 }
 
+/// What the two routes read.
+#[derive(Clone, Debug)]
+struct Scraped {
+    registry: Registry,
+    healthy: Arc<AtomicBool>,
+    unhealthy: &'static str,
+}
+
+async fn metrics(State(s): State<Scraped>) -> ([(header::HeaderName, &'static str); 1], String) {
+    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], render(&s.registry))
+}
+
+async fn healthz(State(s): State<Scraped>) -> (StatusCode, String) {
+    if s.healthy.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok\n".to_owned())
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", s.unhealthy))
+    }
+}
+
 /// Serves until `shutdown` changes. `/healthz` answers 503 with
-/// `unhealthy` while `healthy` is false.
+/// `unhealthy` while `healthy` is false; any other path 404.
 pub async fn serve(
     addr: String,
     registry: Registry,
@@ -44,31 +67,11 @@ pub async fn serve(
 ) -> Result<(), StoreError> {
     let listener = TcpListener::bind(&addr).await.map_err(|source| StoreError::Metrics { addr: addr.clone(), source })?;
     tracing::info!(%addr, "serving /metrics and /healthz");
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return Ok(()),
-            accepted = listener.accept() => {
-                let Ok((mut stream, _)) = accepted else { continue };
-                let registry = registry.clone();
-                let healthy = healthy.clone();
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 1024];
-                    let n = stream.read(&mut buf).await.unwrap_or(0);
-                    let request = String::from_utf8_lossy(&buf[..n]);
-                    let path = request.split_whitespace().nth(1).unwrap_or("/");
-                    let (status, body) = match path {
-                        "/metrics" => ("200 OK", render(&registry)),
-                        "/healthz" if healthy.load(Ordering::Relaxed) => ("200 OK", "ok\n".to_owned()),
-                        "/healthz" => ("503 Service Unavailable", format!("{unhealthy}\n")),
-                        _ => ("404 Not Found", "not found\n".to_owned()),
-                    };
-                    let response = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = stream.write_all(response.as_bytes()).await;
-                });
-            }
-        }
-    }
+    let routes = Router::new().route("/metrics", get(metrics)).route("/healthz", get(healthz)).with_state(Scraped { registry, healthy, unhealthy });
+    axum::serve(listener, routes)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.changed().await;
+        })
+        .await
+        .map_err(|source| StoreError::Metrics { addr, source })
 }

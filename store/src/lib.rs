@@ -23,6 +23,7 @@ pub mod http;
 pub mod kafka;
 pub mod policy;
 pub mod release;
+pub mod retry;
 pub mod test_hooks;
 
 pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
