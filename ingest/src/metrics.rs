@@ -33,6 +33,7 @@ pub struct Metrics {
     offsets_lost: IntCounter,
     dlq_truncated: IntCounter,
     caught_up_flushes: IntCounter,
+    session_lost: IntCounter,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
 }
@@ -87,6 +88,10 @@ impl Metrics {
                 "inferlog_ingest_caught_up_flushes_total",
                 "Batches flushed before batch_max_age because the source was read to its end",
             ),
+            session_lost: counter(
+                "inferlog_ingest_session_lost_batches_total",
+                "Batches not written because the group session timed out (their messages are read again by the partitions' next owner)",
+            ),
             consumer_lag,
             inflight_rows,
             healthy: Arc::new(AtomicBool::new(true)),
@@ -138,6 +143,11 @@ pub fn batch_flushed(m: &Metrics, rows: usize, rejects: usize, elapsed: Duration
     m.flush_seconds.observe(elapsed.as_secs_f64());
     m.healthy.store(true, Ordering::Relaxed);
     tracing::debug!(rows, rejects, elapsed_ms = elapsed.as_millis() as u64, "batch flushed and committed");
+}
+
+/// The group session timed out before a batch was written; it is dropped.
+pub fn session_lost(m: &Metrics) {
+    m.session_lost.inc();
 }
 
 /// The source has nothing more for now and the batch is big enough to insert.

@@ -340,7 +340,16 @@ impl Pipeline {
         let key: PartitionKey = (topic.clone(), partition);
 
         if !self.partitions.contains_key(&key) {
-            self.start_partition(&key).await?;
+            match self.start_partition(&key).await {
+                Ok(()) => {}
+                // Stopping (a SIGTERM while the broker is away): nothing of
+                // this partition is buffered, so it is left to the next run.
+                Err(error) if *self.writer.shutdown.borrow() => {
+                    tracing::info!(%error, topic = %key.0, partition = key.1, "stopping before the partition started");
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
+            }
         }
         // One map lookup per message; only a gap (rare) looks it up again.
         let mut state = match self.partitions.get_mut(&key) {
@@ -502,6 +511,19 @@ impl Pipeline {
             return Ok(());
         }
         self.finish_in_flight().await?;
+        if self.consumer.assignment_lost() {
+            // librdkafka's group session timed out (the coordinator was
+            // unreachable for session_timeout): the partitions may have a new
+            // owner that already looked up what is stored. Writing this batch
+            // now could store its rows twice; its messages are read again by
+            // whoever owns the partitions next. The revocation that follows
+            // drops the partitions' state.
+            tracing::warn!(rows = self.batch.rows, "group session lost: the unwritten batch is dropped, its messages are read again");
+            metrics::session_lost(&self.metrics);
+            self.batch = Batch::default();
+            self.partitions.clear();
+            return Ok(());
+        }
         let batch = Arc::new(std::mem::take(&mut self.batch));
         // Ids of the batch in flight count as stored: a producer retry read
         // while it is written is dropped (if the write fails, the daemon
