@@ -17,6 +17,9 @@ pub enum CompactorError {
     /// The archive read back does not match ClickHouse: never released.
     #[error("verification of {day} failed: {key}: {message}")]
     Verification { day: String, key: String, message: String },
+    /// The day's aggregates cannot be put together (two groups share a hash).
+    #[error("aggregates of {day}: {message}")]
+    Aggregate { day: String, message: String },
     #[error("day {day}: the hot rows changed while it was being {step} ({message}); it is redone on the next pass")]
     RowsChanged { day: String, step: &'static str, message: String },
 }
@@ -29,7 +32,7 @@ impl CompactorError {
         match self {
             CompactorError::Store(e) => e.class(),
             CompactorError::Parquet { .. } | CompactorError::Archive { .. } | CompactorError::RowsChanged { .. } => ErrorClass::Retry,
-            CompactorError::Verification { .. } => ErrorClass::Reject,
+            CompactorError::Verification { .. } | CompactorError::Aggregate { .. } => ErrorClass::Reject,
             CompactorError::Config(_) => ErrorClass::Fail,
         }
     }

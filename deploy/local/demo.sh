@@ -76,6 +76,12 @@ pg "SELECT day, business_line, sum(requests) AS requests, sum(errors) AS errors,
            sum(output_tokens) AS tokens_out, round(max(total_latency_p50_ms)) AS worst_bucket_p50_ms,
            round(max(total_latency_p95_ms)) AS worst_bucket_p95_ms, round(max(total_latency_p99_ms)) AS worst_bucket_p99_ms
       FROM daily_aggregates WHERE business_line IN ('search', 'code-copilot') GROUP BY day, business_line ORDER BY day, business_line"
+step "any range from the aggregates: 30-day p50 / p99 total latency and p99 TTFT per business line (merged histograms, within 1%)"
+pg "SELECT business_line, sum(requests) AS requests,
+           round(inferlog_quantile(inferlog_merge(total_latency_hist), 0.5)::numeric, 1) AS p50_ms,
+           round(inferlog_quantile(inferlog_merge(total_latency_hist), 0.99)::numeric, 1) AS p99_ms,
+           round(inferlog_quantile(inferlog_merge(ttft_hist), 0.99)::numeric, 1) AS p99_ttft_ms
+      FROM daily_aggregates WHERE day >= current_date - 30 GROUP BY business_line ORDER BY p99_ms DESC"
 step "errors by code and stage (Postgres daily_errors, whole period)"
 pg "SELECT error_name, error_stage, sum(errors) AS errors FROM daily_errors GROUP BY error_name, error_stage ORDER BY errors DESC LIMIT 10"
 step "retention: days past the 7-day hot policy leave ClickHouse (each has a verified archive), every deletion audited"

@@ -95,6 +95,55 @@ impl InputBucket {
     }
 }
 
+/// Output-length bucket of the aggregates tier: a 50-token answer, a
+/// paragraph, a page and a long generation are different experiences (and
+/// decode costs). Powers of two like the input buckets: `0-128` holds
+/// 0..=127 output tokens (failed requests that produced nothing count here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OutputBucket {
+    UpTo128,
+    UpTo512,
+    UpTo2k,
+    UpTo8k,
+    Over8k,
+}
+
+impl OutputBucket {
+    pub const ALL: [OutputBucket; 5] =
+        [OutputBucket::UpTo128, OutputBucket::UpTo512, OutputBucket::UpTo2k, OutputBucket::UpTo8k, OutputBucket::Over8k];
+
+    pub const fn of(output_tokens: u32) -> OutputBucket {
+        match output_tokens {
+            0..128 => OutputBucket::UpTo128,
+            128..512 => OutputBucket::UpTo512,
+            512..2048 => OutputBucket::UpTo2k,
+            2048..8192 => OutputBucket::UpTo8k,
+            _ => OutputBucket::Over8k,
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OutputBucket::UpTo128 => "0-128",
+            OutputBucket::UpTo512 => "128-512",
+            OutputBucket::UpTo2k => "512-2k",
+            OutputBucket::UpTo8k => "2k-8k",
+            OutputBucket::Over8k => "8k+",
+        }
+    }
+
+    /// The lowest output-token count in the bucket (for SQL `multiIf` bounds).
+    pub const fn lower_bound(self) -> u32 {
+        match self {
+            OutputBucket::UpTo128 => 0,
+            OutputBucket::UpTo512 => 128,
+            OutputBucket::UpTo2k => 512,
+            OutputBucket::UpTo8k => 2048,
+            OutputBucket::Over8k => 8192,
+        }
+    }
+}
+
 /// One accepted inference request, normalized.
 ///
 /// Serializes (with `serde_json`) to the input contract's field names, so the
@@ -177,6 +226,10 @@ impl InferenceEvent {
 
     pub fn input_bucket(&self) -> InputBucket {
         InputBucket::of(self.input_tokens)
+    }
+
+    pub fn output_bucket(&self) -> OutputBucket {
+        OutputBucket::of(self.output_tokens)
     }
 }
 

@@ -9,6 +9,7 @@
 //! - [`hash`]: keyed hashing of user ids.
 //! - [`contract`]: the field table, its JSON Schema and the compatibility check.
 //! - [`generate`]: realistic synthetic traffic for demos, tests and benchmarks.
+//! - [`histogram`]: the aggregates' mergeable latency histograms (α = 1%).
 
 pub mod config;
 pub mod contract;
@@ -16,6 +17,7 @@ pub mod error;
 pub mod event;
 pub mod generate;
 pub mod hash;
+pub mod histogram;
 pub mod normalize;
 pub mod pii;
 pub mod reason;
@@ -23,7 +25,7 @@ pub mod timestamp;
 
 pub use config::{ContractConfig, ErrorDictionary};
 pub use error::{Classified, ErrorClass, SchemaError};
-pub use event::{ErrorStage, InferenceEvent, InputBucket, SCHEMA_VERSION};
+pub use event::{ErrorStage, InferenceEvent, InputBucket, OutputBucket, SCHEMA_VERSION};
 pub use hash::UserIdHasher;
 pub use normalize::{Contract, Normalized};
 pub use reason::{ReasonCode, Rejection};

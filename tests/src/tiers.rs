@@ -87,10 +87,19 @@ impl TierScenario {
 
     /// Seeds `count` valid events over `days` days, the last one `last_day`, into this scenario's hot table.
     pub fn seed(&self, count: usize, days: u32, last_day: i32, seed: u64) -> Vec<InferenceEvent> {
-        let end_ms = (i64::from(last_day) + 1) * MS_PER_DAY;
-        let events = crate::seed::seeded_events(count, days, end_ms, seed);
-        crate::seed::insert_hot(&clickhouse_url(), "inferlog_test", &self.table, &events);
+        let events = Self::events(count, days, last_day, seed);
+        self.insert(&events);
         events
+    }
+
+    /// `count` valid generated events over `days` days, the last one `last_day`.
+    pub fn events(count: usize, days: u32, last_day: i32, seed: u64) -> Vec<InferenceEvent> {
+        crate::seed::seeded_events(count, days, (i64::from(last_day) + 1) * MS_PER_DAY, seed)
+    }
+
+    /// Inserts `events` into this scenario's hot table, as ingest would.
+    pub fn insert(&self, events: &[InferenceEvent]) {
+        crate::seed::insert_hot(&clickhouse_url(), "inferlog_test", &self.table, events);
     }
 
     /// A command running `binary` on this scenario's config, stderr to `log`.
@@ -199,7 +208,7 @@ impl TierScenario {
         state += "\n--manifest\n";
         state += &self.psql("SELECT object_key, day, rows, bytes, sha256, schema_version FROM cold_manifest ORDER BY object_key");
         state += "\n--aggregates\n";
-        state += &self.psql("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*) FROM (SELECT * FROM daily_aggregates) s, LATERAL (SELECT (s.day, s.business_line, s.model_name, s.model_version, s.input_bucket, s.requests, s.errors, s.input_tokens, s.output_tokens, s.cache_hits, s.cache_prefix_tokens, s.total_latency_p50_ms, s.total_latency_p99_ms, s.ttft_p95_ms, s.decode_p99_ms) AS t) x");
+        state += &self.psql("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*) FROM (SELECT * FROM daily_aggregates) s, LATERAL (SELECT (s.day, s.business_line, s.model_name, s.model_version, s.input_bucket, s.output_bucket, s.requests, s.errors, s.input_tokens, s.output_tokens, s.cache_hits, s.cache_prefix_tokens, s.total_latency_p50_ms, s.total_latency_p99_ms, s.ttft_p95_ms, s.decode_p99_ms, s.total_latency_hist, s.decode_hist) AS t) x");
         state += "\n--errors\n";
         state += &self.psql("SELECT count(*), sum(errors) FROM daily_errors");
         state += "\n--audit\n";

@@ -12,7 +12,7 @@ use inferlog_schema::InferenceEvent;
 use inferlog_tests::clickhouse;
 use inferlog_tests::tiers::{day_string, today, TierScenario};
 
-type GroupKey = (String, String, String, String, String);
+type GroupKey = (String, String, String, String, String, String);
 
 #[derive(Debug, Default)]
 struct Group {
@@ -45,6 +45,7 @@ fn expected_groups(events: &[InferenceEvent]) -> BTreeMap<GroupKey, Group> {
             e.model_name.clone(),
             e.model_version.clone(),
             e.input_bucket().as_str().to_owned(),
+            e.output_bucket().as_str().to_owned(),
         );
         let g = groups.entry(key).or_default();
         g.requests += 1;
@@ -63,29 +64,29 @@ fn expected_groups(events: &[InferenceEvent]) -> BTreeMap<GroupKey, Group> {
     groups
 }
 
-const AGGREGATE_COLUMNS: &str = "day, business_line, model_name, model_version, input_bucket, requests, errors, input_tokens, \
+const AGGREGATE_COLUMNS: &str = "day, business_line, model_name, model_version, input_bucket, output_bucket, requests, errors, input_tokens, \
     output_tokens, cache_hits, cache_prefix_tokens, total_latency_p50_ms, total_latency_p95_ms, total_latency_p99_ms, \
     ttft_p50_ms, ttft_p95_ms, ttft_p99_ms, tpot_p50_ms, tpot_p95_ms, tpot_p99_ms, queue_wait_p50_ms, queue_wait_p95_ms, \
     queue_wait_p99_ms, prefill_p50_ms, prefill_p95_ms, prefill_p99_ms, decode_p50_ms, decode_p95_ms, decode_p99_ms";
 
 fn assert_aggregates_match(s: &TierScenario, events: &[InferenceEvent]) {
     let mut expected = expected_groups(events);
-    let stored = s.psql(&format!("SELECT {AGGREGATE_COLUMNS} FROM daily_aggregates ORDER BY 1, 2, 3, 4, 5"));
+    let stored = s.psql(&format!("SELECT {AGGREGATE_COLUMNS} FROM daily_aggregates ORDER BY 1, 2, 3, 4, 5, 6"));
     let mut seen = 0;
     for line in stored.lines() {
         let f: Vec<&str> = line.split('\t').collect();
-        assert_eq!(f.len(), 29, "{line}");
-        let key = (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].to_owned());
+        assert_eq!(f.len(), 30, "{line}");
+        let key = (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].to_owned(), f[5].to_owned());
         let g = expected.get_mut(&key).unwrap_or_else(|| panic!("unexpected group {key:?}"));
         let n = |i: usize| f[i].parse::<u64>().unwrap_or_else(|e| panic!("{line}: column {i}: {e}"));
         assert_eq!(
-            (n(5), n(6), n(7), n(8), n(9), n(10)),
+            (n(6), n(7), n(8), n(9), n(10), n(11)),
             (g.requests, g.errors, g.input_tokens, g.output_tokens, g.cache_hits, g.cache_prefix_tokens),
             "{key:?}: counts and sums"
         );
         for (d, values) in g.durations.iter_mut().enumerate() {
             for (l, q) in [0.5, 0.95, 0.99].into_iter().enumerate() {
-                let text = f[11 + d * 3 + l];
+                let text = f[12 + d * 3 + l];
                 let stored = (!text.is_empty()).then(|| text.parse::<f64>().expect("float"));
                 assert_eq!(stored, percentile(values, q), "{key:?}: duration {d} p{q} (exact nearest rank)");
             }
@@ -154,6 +155,121 @@ fn aggregates_equal_independent_figures_and_a_rerun_changes_nothing() {
     let (code, _) = s.run("inferlog-compactor", &["--day", &day_string(today())], "open.log");
     assert_eq!(code, 2);
     assert!(s.log("open.log").contains("not closed"), "{}", s.log("open.log"));
+}
+
+/// Each measure's histogram column and its hot-tier column.
+const HISTOGRAMS: [(&str, &str); 8] = [
+    ("total_latency_hist", "total_latency_ms"),
+    ("ttft_hist", "ttft_ms"),
+    ("tpot_hist", "tpot_ms"),
+    ("queue_wait_hist", "queue_wait_ms"),
+    ("prefill_hist", "prefill_time_ms"),
+    ("decode_hist", "decode_time_ms"),
+    ("cache_prefix_hist", "toFloat64(cache_prefix_tokens)"),
+    ("gpu_mem_hist", "gpu_mem_peak_mb"),
+];
+
+fn measures_of(e: &InferenceEvent) -> [Option<f64>; 8] {
+    [
+        Some(e.total_latency_ms),
+        e.ttft_ms,
+        e.tpot_ms,
+        e.queue_wait_ms,
+        e.prefill_time_ms,
+        e.decode_time_ms,
+        e.cache_prefix_tokens.map(f64::from),
+        e.gpu_mem_peak_mb,
+    ]
+}
+
+/// `label<TAB>value` lines as a map; an empty value is `None`.
+fn by_label(text: &str) -> BTreeMap<String, Option<f64>> {
+    text.lines()
+        .map(|line| {
+            let (label, value) = line.split_once('\t').unwrap_or_else(|| panic!("not label<TAB>value: {line}"));
+            (label.to_owned(), (!value.is_empty()).then(|| value.parse::<f64>().unwrap_or_else(|e| panic!("{line}: {e}"))))
+        })
+        .collect()
+}
+
+fn close(a: f64, b: f64, relative: f64) -> bool {
+    if b == 0.0 {
+        a == 0.0
+    } else {
+        ((a - b) / b).abs() <= relative
+    }
+}
+
+#[test]
+fn merged_histograms_answer_any_range_within_one_percent() {
+    use inferlog_schema::histogram::{Histogram, RELATIVE_ERROR};
+    use rand::Rng as _;
+    let s = TierScenario::new("cmp_hist", "");
+    let last = today() - 2;
+    let mut events = TierScenario::events(20_000, 4, last, 29);
+    // A long tail: total latency log-uniform from 1 ms to 10 minutes.
+    let (mut rng, _) = inferlog_tests::test_rng("merged_histograms");
+    for e in &mut events {
+        let ms = 10f64.powf(rng.gen_range(0.0..600_000f64.log10()));
+        e.total_latency_ms = (ms * 1000.0).round() / 1000.0;
+    }
+    s.insert(&events);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compact.log");
+    assert_eq!(code, 0, "{}", s.log("compact.log"));
+    assert_aggregates_match(&s, &events);
+
+    let day_of = |e: &InferenceEvent| e.timestamp_ms.div_euclid(MS_PER_DAY) as i32;
+    // All four days, and the last two.
+    for from in [last - 3, last - 1] {
+        let since = day_string(from);
+        let in_range: Vec<&InferenceEvent> = events.iter().filter(|e| day_of(e) >= from).collect();
+        for (d, (hist, column)) in HISTOGRAMS.iter().enumerate() {
+            // Independent of inferlog: the exact values, per business line and overall ("*").
+            let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for e in &in_range {
+                if let Some(v) = measures_of(e)[d] {
+                    values.entry(e.business_line.clone()).or_default().push(v);
+                    values.entry("*".to_owned()).or_default().push(v);
+                }
+            }
+            // The stored histograms, decoded and merged by the reference code.
+            let mut reference = Histogram::new();
+            for line in s.psql(&format!("SELECT {hist} FROM daily_aggregates WHERE day >= '{since}' AND {hist} IS NOT NULL")).lines() {
+                let encoded: Vec<i64> = line.trim_matches(['{', '}']).split(',').map(|n| n.parse().expect("bigint")).collect();
+                reference.merge(&Histogram::decode(&encoded).expect("a stored histogram decodes"));
+            }
+            assert_eq!(reference.count(), values.get("*").map_or(0, |v| v.len() as u64), "{hist}: one count per row that carried {column}");
+            for q in [0.5, 0.95, 0.99] {
+                let merged = by_label(&s.psql(&format!(
+                    "SELECT coalesce(business_line, '*'), inferlog_quantile(inferlog_merge({hist}), {q}) FROM daily_aggregates \
+                     WHERE day >= '{since}' GROUP BY ROLLUP (business_line) ORDER BY 1"
+                )));
+                let table = s.qualified_table();
+                let exact_in_clickhouse = by_label(&format!(
+                    "{}\n*\t{}",
+                    clickhouse(&format!(
+                        "SELECT business_line, quantileExact({q})({column}) FROM {table} FINAL \
+                         WHERE day >= toDate('{since}') AND isNotNull({column}) GROUP BY business_line ORDER BY business_line FORMAT TSV"
+                    )),
+                    clickhouse(&format!(
+                        "SELECT quantileExact({q})({column}) FROM {table} FINAL WHERE day >= toDate('{since}') AND isNotNull({column}) FORMAT TSV"
+                    ))
+                ));
+                let what = |label: &str| format!("{hist} p{q} of {label} since {since}");
+                for (label, v) in &mut values {
+                    let exact = percentile(v, q).expect("not empty");
+                    let got = merged.get(label).copied().flatten().unwrap_or_else(|| panic!("{}: no merged value in {merged:?}", what(label)));
+                    assert!(close(got, exact, RELATIVE_ERROR + 1e-9), "{}: merged {got}, exact {exact}", what(label));
+                    let in_clickhouse = exact_in_clickhouse.get(label).copied().flatten().expect("quantileExact");
+                    assert!(close(in_clickhouse, exact, 1e-12), "{}: ClickHouse quantileExact {in_clickhouse}, here {exact}", what(label));
+                    if label == "*" {
+                        let by_reference = reference.quantile(q).expect("not empty");
+                        assert!(close(got, by_reference, 1e-9), "{}: SQL {got}, reference {by_reference}", what(label));
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]
