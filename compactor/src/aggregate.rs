@@ -40,19 +40,19 @@ const INSERT_ROWS: usize = 1000;
 /// The percentile levels stored.
 pub const LEVELS: [f64; 3] = [0.5, 0.95, 0.99];
 
-/// The measures with a mergeable histogram, as (ClickHouse expression,
-/// Postgres column prefix): the durations, then how much of each prompt the
-/// cache served (tokens) and the peak GPU memory (MB).
-pub const HISTOGRAMS: [(&str, &str); 8] = [
-    ("total_latency_ms", "total_latency"),
-    ("ttft_ms", "ttft"),
-    ("tpot_ms", "tpot"),
-    ("queue_wait_ms", "queue_wait"),
-    ("prefill_time_ms", "prefill"),
-    ("decode_time_ms", "decode"),
-    ("toFloat64(cache_prefix_tokens)", "cache_prefix"),
-    ("gpu_mem_peak_mb", "gpu_mem"),
-];
+/// The measures with a mergeable histogram besides [`DURATIONS`]: how much
+/// of each prompt the cache served (tokens) and the peak GPU memory (MB),
+/// as (ClickHouse expression, Postgres column prefix).
+const OTHER_HISTOGRAMS: [(&str, &str); 2] = [("toFloat64(cache_prefix_tokens)", "cache_prefix"), ("gpu_mem_peak_mb", "gpu_mem")];
+
+/// How many measures have a histogram.
+pub const MEASURES: usize = DURATIONS.len() + OTHER_HISTOGRAMS.len();
+
+/// Every measure with a histogram, in column order: the durations, then
+/// [`OTHER_HISTOGRAMS`].
+pub fn histograms() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    DURATIONS.iter().chain(OTHER_HISTOGRAMS.iter())
+}
 
 /// One group of `daily_aggregates` as ClickHouse returns it.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -124,7 +124,7 @@ struct BucketCount {
 
 /// The histogram query counts rows per one 64-bit key (a third faster than
 /// grouping by three columns): the group id's upper 40 bits, the measure
-/// (index into [`HISTOGRAMS`]) in bits 16-23, and the bucket index plus
+/// (index into [`histograms`]) in bits 16-23, and the bucket index plus
 /// 32768 in bits 0-15 (0 for values of zero).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct BucketKey {
@@ -151,11 +151,11 @@ impl BucketKey {
 }
 
 /// One group of the day: its counts and exact percentiles, and per measure
-/// in [`HISTOGRAMS`] order its histogram (`None` when no row carried it).
+/// in [`histograms`] order its histogram (`None` when no row carried it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
     pub row: AggregateRow,
-    pub histograms: [Option<Histogram>; 8],
+    pub histograms: [Option<Histogram>; MEASURES],
 }
 
 /// `multiIf` mapping `column` to buckets given as (label, lowest value).
@@ -211,8 +211,7 @@ fn aggregate_sql(table: &str, mode: ReadMode) -> String {
 /// (NULL as [`NULL_BUCKET`], zero as [`ZERO_BUCKET`]), spread by ARRAY JOIN,
 /// packed and counted.
 fn histogram_sql(table: &str, mode: ReadMode) -> String {
-    let buckets: Vec<String> = HISTOGRAMS
-        .iter()
+    let buckets: Vec<String> = histograms()
         .map(|(c, _)| {
             format!(
                 "toInt32(if(isNull({c}), {NULL_BUCKET}, if(ifNull({c}, 0) <= 0, {ZERO_BUCKET}, \
@@ -223,7 +222,7 @@ fn histogram_sql(table: &str, mode: ReadMode) -> String {
             )
         })
         .collect();
-    let measures: Vec<String> = (0..HISTOGRAMS.len()).map(|i| i.to_string()).collect();
+    let measures: Vec<String> = (0..MEASURES).map(|i| i.to_string()).collect();
     format!(
         "SELECT key, count() AS bucket_rows FROM (\
          SELECT bitOr(group_id, toUInt64(measure * 65536 + (bucket + 32768))) AS key \
@@ -245,7 +244,7 @@ pub async fn compute(hot: &HotTier, day: Day, mode: ReadMode) -> Result<(Vec<Gro
         hot.client().query(&aggregate_sql(&hot.qualified(), mode)).bind(&date).fetch_all::<AggregateRow>().await.map_err(hot.error("aggregate"))?;
     let counts =
         hot.client().query(&histogram_sql(&hot.qualified(), mode)).bind(&date).fetch_all::<BucketCount>().await.map_err(hot.error("histograms"))?;
-    let mut histograms: HashMap<u64, [Option<Histogram>; 8]> = HashMap::new();
+    let mut histograms: HashMap<u64, [Option<Histogram>; MEASURES]> = HashMap::new();
     for c in counts {
         let key = BucketKey::unpack(c.key);
         let Some(slot) = histograms.entry(key.group).or_default().get_mut(key.measure) else { continue };
@@ -300,7 +299,7 @@ pub async fn store(catalog: &Catalog, dictionary: &ErrorDictionary, day: Day, gr
         }
     }
     columns.extend(["gpu_mem_p50_mb", "gpu_mem_p99_mb", "gpu_mem_max_mb"].map(String::from));
-    columns.extend(HISTOGRAMS.iter().map(|(_, prefix)| format!("{prefix}_hist")));
+    columns.extend(histograms().map(|(_, prefix)| format!("{prefix}_hist")));
     // A few statements of many rows each: one round trip per group made the
     // stage as slow as the queries that compute it.
     for chunk in groups.chunks(INSERT_ROWS) {
@@ -402,7 +401,7 @@ mod tests {
         let migration = include_str!("../../store/migrations/0002_histograms.sql");
         assert_eq!(histogram::RELATIVE_ERROR, 0.01);
         assert!(migration.contains("gamma constant double precision := (1 + 0.01) / (1 - 0.01);"), "the SQL quantile's γ");
-        for (_, prefix) in HISTOGRAMS {
+        for (_, prefix) in histograms() {
             assert!(migration.contains(&format!("ADD COLUMN {prefix}_hist bigint[]")), "{prefix}_hist");
         }
         for b in OutputBucket::ALL {
