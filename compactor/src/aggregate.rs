@@ -1,25 +1,31 @@
 //! Aggregate stage. In: one closed day of hot rows (retries collapsed).
-//! Out: that day's rows of `daily_aggregates` and `daily_errors` in
-//! Postgres, replaced in one transaction, so a re-run gives the same rows
-//! and never adds to them.
+//! Out: [`DayAggregates`], computed in ClickHouse: the day's groups, its
+//! hours and its error counts, which [`crate::publish`] writes to Postgres.
 //!
-//! Groups: business line × model × version × input bucket × output bucket.
-//! Percentiles are computed in ClickHouse with `quantilesExact`: exact,
-//! the value at 0-based position floor(q·n) of the group's n sorted values
-//! (nearest rank; NULL when no request of the group carried the field).
-//! Beside them, each duration's mergeable histogram
-//! ([`inferlog_schema::histogram`]): ClickHouse counts the rows per
-//! logarithmic bucket, and Postgres stores the counts as `bigint[]`.
+//! Daily groups: business line × model × version × input bucket × output
+//! bucket. Percentiles are computed with `quantilesExact`: exact, the value
+//! at 0-based position floor(q·n) of the group's n sorted values (nearest
+//! rank; NULL when no request of the group carried the field). Beside them,
+//! each measure's mergeable histogram ([`inferlog_schema::histogram`]).
+//!
+//! Hourly groups: UTC hour × business line × model × version, with the
+//! latency histograms and the busiest minute (most requests; the earliest
+//! of equals) with its requests and tokens.
+//!
+//! Both kinds of histograms come from one pass: ClickHouse streams each
+//! row's two group ids and its measures, and the reference implementation
+//! ([`Histogram::add`]) counts them here. (Counting 14 measures per row in
+//! a ClickHouse GROUP BY spends most of its time in a hash table of a
+//! million sparse hourly buckets; here each group's buckets are one
+//! dense array.)
 
 use std::collections::HashMap;
 
 use clickhouse::Row;
-use inferlog_schema::config::ErrorDictionary;
-use inferlog_schema::histogram::{self, Histogram};
+use inferlog_schema::histogram::Histogram;
 use inferlog_schema::{InputBucket, OutputBucket};
-use inferlog_store::catalog::{date_of, Catalog};
 use inferlog_store::hot::{HotTier, ReadMode};
-use inferlog_store::{Day, StoreError};
+use inferlog_store::Day;
 use serde::Deserialize;
 
 use crate::error::CompactorError;
@@ -33,9 +39,6 @@ pub const DURATIONS: [(&str, &str); 6] = [
     ("prefill_time_ms", "prefill"),
     ("decode_time_ms", "decode"),
 ];
-
-/// Groups per INSERT statement (47 parameters each; Postgres takes 65,535).
-const INSERT_ROWS: usize = 1000;
 
 /// The percentile levels stored.
 pub const LEVELS: [f64; 3] = [0.5, 0.95, 0.99];
@@ -114,40 +117,51 @@ pub struct ErrorRow {
     pub errors: u64,
 }
 
-/// How many rows of a group had a measure in one histogram bucket.
+/// One hourly group as ClickHouse returns it.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
-struct BucketCount {
-    /// [`BucketKey`] packed in one number.
-    key: u64,
-    rows: u64,
+pub struct HourRow {
+    /// Hours since 1970-01-01 00:00 UTC.
+    pub hour: u64,
+    pub business_line: String,
+    pub model_name: String,
+    pub model_version: String,
+    pub requests: u64,
+    pub errors: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_prefix_tokens: u64,
+    /// Minutes since 1970-01-01 00:00 UTC of the busiest minute.
+    pub peak_minute: u64,
+    pub peak_minute_requests: u64,
+    /// Input plus output tokens in the busiest minute.
+    pub peak_minute_tokens: u64,
+    /// [`hour_id_sql`]: joins the hour to its histograms.
+    pub group_id: u64,
 }
 
-/// The histogram query counts rows per one 64-bit key (a third faster than
-/// grouping by three columns): the group id's upper 40 bits, the measure
-/// (index into [`histograms`]) in bits 16-23, and the bucket index plus
-/// 32768 in bits 0-15 (0 for values of zero).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BucketKey {
-    group: u64,
-    measure: usize,
-    /// `None`: zero.
-    bucket: Option<i32>,
+/// One hour of one business line × model × version, with its duration
+/// histograms in [`DURATIONS`] order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hour {
+    pub row: HourRow,
+    pub histograms: [Option<Histogram>; DURATIONS.len()],
 }
 
-/// The bits of a group id that the keys keep.
-const GROUP_MASK: u64 = 0xFFFF_FFFF_FF00_0000;
+/// Everything the aggregate stage computes for one day.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DayAggregates {
+    pub groups: Vec<Group>,
+    pub hours: Vec<Hour>,
+    pub errors: Vec<ErrorRow>,
+}
 
-/// The bucket the histogram query gives values of zero (packed as 0).
-const ZERO_BUCKET: i32 = -32768;
-
-/// The bucket the histogram query gives a missing (NULL) value; left out.
-const NULL_BUCKET: i32 = i32::MAX;
-
-impl BucketKey {
-    fn unpack(key: u64) -> BucketKey {
-        let bucket = (key & 0xFFFF) as i32 - 32768;
-        BucketKey { group: key & GROUP_MASK, measure: ((key >> 16) & 0xFF) as usize, bucket: (bucket != ZERO_BUCKET).then_some(bucket) }
-    }
+/// One row's histogram inputs: its daily and hourly group ids, and its
+/// measures in [`histograms`] order (`None`: the request did not carry it).
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+struct MeasureRow {
+    day_group: u64,
+    hour_group: u64,
+    measures: [Option<f64>; MEASURES],
 }
 
 /// One group of the day: its counts and exact percentiles, and per measure
@@ -176,12 +190,41 @@ fn length_buckets_sql() -> (String, String) {
 }
 
 /// An id of the row's group (business line, model, version, input and
-/// output bucket): the upper 40 bits of a hash, the same expression in
-/// both queries. The histograms are counted per id rather than per five
-/// strings.
+/// output bucket): a hash, the same expression in both queries. The
+/// histograms are counted per id rather than per five strings.
 fn group_id_sql() -> String {
     let (input, output) = length_buckets_sql();
-    format!("bitAnd(cityHash64(business_line, model_name, model_version, {input}, {output}), {GROUP_MASK})")
+    format!("cityHash64(business_line, model_name, model_version, {input}, {output})")
+}
+
+/// The UTC hour of a row, as hours since the epoch (independent of the
+/// server's time zone).
+const HOUR_SQL: &str = "intDiv(timestamp_ms, 3600000)";
+
+/// An id of the row's hourly group (hour, business line, model, version).
+fn hour_id_sql() -> String {
+    format!("cityHash64({HOUR_SQL}, business_line, model_name, model_version)")
+}
+
+/// Per hour × business line × model × version: the sums, and the busiest
+/// minute from per-minute counts (ties go to the earliest minute: the key
+/// orders by requests, then by 59 minus the minute of the hour).
+fn hourly_sql(table: &str, mode: ReadMode) -> String {
+    format!(
+        "SELECT hour, business_line, model_name, model_version, sum(n) AS requests, sum(minute_errors) AS errors, \
+         sum(minute_input) AS input_tokens, sum(minute_output) AS output_tokens, sum(minute_cached) AS cache_prefix_tokens, \
+         argMax(minute, n * 64 + (59 - minute % 60)) AS peak_minute, max(n) AS peak_minute_requests, \
+         argMax(minute_input + minute_output, n * 64 + (59 - minute % 60)) AS peak_minute_tokens, any(gid) AS group_id \
+         FROM (SELECT {HOUR_SQL} AS hour, intDiv(timestamp_ms, 60000) AS minute, business_line, model_name, model_version, \
+         count() AS n, countIf(error_code != 0) AS minute_errors, sum(toUInt64(input_tokens)) AS minute_input, \
+         sum(toUInt64(output_tokens)) AS minute_output, sum(toUInt64(ifNull(cache_prefix_tokens, 0))) AS minute_cached, \
+         any({hour_id}) AS gid \
+         FROM {table} {modifier} WHERE day = toDate(?) GROUP BY hour, minute, business_line, model_name, model_version) \
+         GROUP BY hour, business_line, model_name, model_version \
+         ORDER BY hour, business_line, model_name, model_version",
+        hour_id = hour_id_sql(),
+        modifier = mode.modifier(),
+    )
 }
 
 fn aggregate_sql(table: &str, mode: ReadMode) -> String {
@@ -207,151 +250,86 @@ fn aggregate_sql(table: &str, mode: ReadMode) -> String {
     )
 }
 
-/// Rows per [`BucketKey`]: each row's bucket of every measure in one array
-/// (NULL as [`NULL_BUCKET`], zero as [`ZERO_BUCKET`]), spread by ARRAY JOIN,
-/// packed and counted.
-fn histogram_sql(table: &str, mode: ReadMode) -> String {
-    let buckets: Vec<String> = histograms()
-        .map(|(c, _)| {
-            format!(
-                "toInt32(if(isNull({c}), {NULL_BUCKET}, if(ifNull({c}, 0) <= 0, {ZERO_BUCKET}, \
-                 least(ceil(log(greatest(ifNull({c}, 0), {min:?})) / log({gamma:?})), {max}))))",
-                min = histogram::MIN_VALUE,
-                gamma = histogram::GAMMA,
-                max = histogram::MAX_INDEX,
-            )
-        })
-        .collect();
-    let measures: Vec<String> = (0..MEASURES).map(|i| i.to_string()).collect();
+/// Each row's group ids and measures, for [`MeasureRow`].
+fn measures_sql(table: &str, mode: ReadMode) -> String {
+    let measures: Vec<String> = histograms().map(|(c, _)| format!("toNullable({c})")).collect();
     format!(
-        "SELECT key, count() AS bucket_rows FROM (\
-         SELECT bitOr(group_id, toUInt64(measure * 65536 + (bucket + 32768))) AS key \
-         FROM (SELECT {group_id} AS group_id, [{buckets}] AS buckets FROM {table} {modifier} WHERE day = toDate(?)) \
-         ARRAY JOIN buckets AS bucket, [{measures}] AS measure \
-         WHERE bucket != {NULL_BUCKET}) \
-         GROUP BY key",
+        "SELECT {group_id} AS day_group, {hour_id} AS hour_group, {measures} FROM {table} {modifier} WHERE day = toDate(?)",
         group_id = group_id_sql(),
-        buckets = buckets.join(", "),
+        hour_id = hour_id_sql(),
         measures = measures.join(", "),
         modifier = mode.modifier(),
     )
 }
 
-/// Computes the day's aggregates in ClickHouse.
-pub async fn compute(hot: &HotTier, day: Day, mode: ReadMode) -> Result<(Vec<Group>, Vec<ErrorRow>), CompactorError> {
-    let date = inferlog_store::day_string(day);
-    let rows =
-        hot.client().query(&aggregate_sql(&hot.qualified(), mode)).bind(&date).fetch_all::<AggregateRow>().await.map_err(hot.error("aggregate"))?;
-    let counts =
-        hot.client().query(&histogram_sql(&hot.qualified(), mode)).bind(&date).fetch_all::<BucketCount>().await.map_err(hot.error("histograms"))?;
-    let mut histograms: HashMap<u64, [Option<Histogram>; MEASURES]> = HashMap::new();
-    for c in counts {
-        let key = BucketKey::unpack(c.key);
-        let Some(slot) = histograms.entry(key.group).or_default().get_mut(key.measure) else { continue };
-        slot.get_or_insert_with(Histogram::new).add_bucket(key.bucket, c.rows);
-    }
-    let mut groups = Vec::with_capacity(rows.len());
-    for row in rows {
-        let histograms = histograms.remove(&row.group_id);
-        if histograms.is_none() && groups.iter().any(|g: &Group| g.row.group_id == row.group_id) {
-            return Err(CompactorError::Aggregate { day: date, message: format!("two groups share the hash {:#x}", row.group_id) });
+/// Per daily and per hourly group id, the histograms of the day's rows.
+type Counted = (HashMap<u64, Histograms<MEASURES>>, HashMap<u64, Histograms<{ DURATIONS.len() }>>);
+
+/// Streams every row's measures and counts them into per-group histograms.
+async fn count_histograms(hot: &HotTier, day: &str, mode: ReadMode) -> Result<Counted, CompactorError> {
+    let mut cursor = hot.client().query(&measures_sql(&hot.qualified(), mode)).bind(day).fetch::<MeasureRow>().map_err(hot.error("histograms"))?;
+    let (mut daily, mut hourly): Counted = Default::default();
+    while let Some(row) = cursor.next().await.map_err(hot.error("histograms"))? {
+        let day_slots = daily.entry(row.day_group).or_insert_with(|| std::array::from_fn(|_| None));
+        for (slot, value) in day_slots.iter_mut().zip(row.measures) {
+            if let Some(v) = value {
+                slot.get_or_insert_with(Histogram::new).add(v);
+            }
         }
-        groups.push(Group { histograms: histograms.unwrap_or_default(), row });
+        let hour_slots = hourly.entry(row.hour_group).or_insert_with(|| std::array::from_fn(|_| None));
+        for (slot, value) in hour_slots.iter_mut().zip(row.measures) {
+            if let Some(v) = value {
+                slot.get_or_insert_with(Histogram::new).add(v);
+            }
+        }
     }
-    let errors_sql = format!(
-        "SELECT business_line, model_name, model_version, error_code, ifNull(error_stage, '') AS error_stage, count() AS errors \
-         FROM {} {} WHERE day = toDate(?) AND error_code != 0 \
-         GROUP BY business_line, model_name, model_version, error_code, error_stage \
-         ORDER BY business_line, model_name, model_version, error_code, error_stage",
-        hot.qualified(),
-        mode.modifier()
-    );
-    let errors = hot.client().query(&errors_sql).bind(&date).fetch_all::<ErrorRow>().await.map_err(hot.error("aggregate errors"))?;
-    Ok((groups, errors))
+    Ok((daily, hourly))
 }
 
-/// Replaces the day's aggregate rows in Postgres with `groups` and `errors`, atomically.
-pub async fn store(catalog: &Catalog, dictionary: &ErrorDictionary, day: Day, groups: &[Group], errors: &[ErrorRow]) -> Result<(), CompactorError> {
-    let pg = StoreError::postgres;
-    let mut tx = catalog.pool().begin().await.map_err(pg("begin"))?;
-    let date = date_of(day);
-    sqlx::query("DELETE FROM daily_aggregates WHERE day = $1").bind(date).execute(&mut *tx).await.map_err(pg("replace aggregates"))?;
-    sqlx::query("DELETE FROM daily_errors WHERE day = $1").bind(date).execute(&mut *tx).await.map_err(pg("replace aggregates"))?;
-    let mut columns: Vec<String> = [
-        "day",
-        "business_line",
-        "model_name",
-        "model_version",
-        "input_bucket",
-        "output_bucket",
-        "requests",
-        "errors",
-        "input_tokens",
-        "output_tokens",
-        "cache_hits",
-        "cache_prefix_tokens",
-    ]
-    .map(String::from)
-    .to_vec();
-    for (_, prefix) in DURATIONS {
-        for level in ["p50", "p95", "p99"] {
-            columns.push(format!("{prefix}_{level}_ms"));
+/// One histogram per measure (`None`: no row carried it).
+type Histograms<const N: usize> = [Option<Histogram>; N];
+
+/// Gives each group its histograms; an id two groups share is refused
+/// (their counts would mix).
+fn attach<R, const N: usize>(
+    rows: Vec<R>,
+    id: impl Fn(&R) -> u64,
+    mut histograms: HashMap<u64, Histograms<N>>,
+    day: &str,
+) -> Result<Vec<(R, Histograms<N>)>, CompactorError> {
+    let mut out: Vec<(R, Histograms<N>)> = Vec::with_capacity(rows.len());
+    let mut seen = std::collections::HashSet::with_capacity(rows.len());
+    for row in rows {
+        if !seen.insert(id(&row)) {
+            return Err(CompactorError::Aggregate { day: day.to_owned(), message: format!("two groups share the hash {:#x}", id(&row)) });
         }
+        let h = histograms.remove(&id(&row)).unwrap_or_else(|| std::array::from_fn(|_| None));
+        out.push((row, h));
     }
-    columns.extend(["gpu_mem_p50_mb", "gpu_mem_p99_mb", "gpu_mem_max_mb"].map(String::from));
-    columns.extend(histograms().map(|(_, prefix)| format!("{prefix}_hist")));
-    // A few statements of many rows each: one round trip per group made the
-    // stage as slow as the queries that compute it.
-    for chunk in groups.chunks(INSERT_ROWS) {
-        let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO daily_aggregates ({}) ", columns.join(", ")));
-        insert.push_values(chunk, |mut q, Group { row: g, histograms }| {
-            q.push_bind(date)
-                .push_bind(&g.business_line)
-                .push_bind(&g.model_name)
-                .push_bind(&g.model_version)
-                .push_bind(&g.input_bucket)
-                .push_bind(&g.output_bucket)
-                .push_bind(g.requests as i64)
-                .push_bind(g.errors as i64)
-                .push_bind(g.input_tokens as i64)
-                .push_bind(g.output_tokens as i64)
-                .push_bind(g.cache_hits as i64)
-                .push_bind(g.cache_prefix_tokens as i64);
-            for (present, quantiles) in g.durations() {
-                for i in 0..LEVELS.len() {
-                    // quantilesExact over only NULLs answers 0: store NULL instead.
-                    q.push_bind((present > 0).then(|| quantiles.get(i).copied()).flatten());
-                }
-            }
-            let gpu_mem = g.present_gpu_mem > 0;
-            q.push_bind(g.q_gpu_mem.first().copied().filter(|_| gpu_mem))
-                .push_bind(g.q_gpu_mem.get(1).copied().filter(|_| gpu_mem))
-                .push_bind(gpu_mem.then_some(g.max_gpu_mem));
-            for h in histograms {
-                q.push_bind(h.as_ref().map(Histogram::encode));
-            }
-        });
-        insert.build().execute(&mut *tx).await.map_err(pg("insert aggregates"))?;
-    }
-    for e in errors {
-        sqlx::query(
-            "INSERT INTO daily_errors (day, business_line, model_name, model_version, error_code, error_name, error_stage, errors) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(date)
-        .bind(&e.business_line)
-        .bind(&e.model_name)
-        .bind(&e.model_version)
-        .bind(e.error_code)
-        .bind(dictionary.get(e.error_code).unwrap_or("unknown"))
-        .bind(&e.error_stage)
-        .bind(e.errors as i64)
-        .execute(&mut *tx)
-        .await
-        .map_err(pg("insert error counts"))?;
-    }
-    tx.commit().await.map_err(pg("commit aggregates"))?;
-    Ok(())
+    Ok(out)
+}
+
+/// Computes the day's aggregates: four ClickHouse queries at once.
+pub async fn compute(hot: &HotTier, day: Day, mode: ReadMode) -> Result<DayAggregates, CompactorError> {
+    let date = inferlog_store::day_string(day);
+    let table = hot.qualified();
+    let run = |sql: String| hot.client().query(&sql).bind(&date);
+    let errors_sql = format!(
+        "SELECT business_line, model_name, model_version, error_code, ifNull(error_stage, '') AS error_stage, count() AS errors \
+         FROM {table} {} WHERE day = toDate(?) AND error_code != 0 \
+         GROUP BY business_line, model_name, model_version, error_code, error_stage \
+         ORDER BY business_line, model_name, model_version, error_code, error_stage",
+        mode.modifier()
+    );
+    let (rows, hours, (daily, hourly), errors) = tokio::try_join!(
+        async { run(aggregate_sql(&table, mode)).fetch_all::<AggregateRow>().await.map_err(hot.error("aggregate")).map_err(CompactorError::from) },
+        async { run(hourly_sql(&table, mode)).fetch_all::<HourRow>().await.map_err(hot.error("hourly aggregate")).map_err(CompactorError::from) },
+        count_histograms(hot, &date, mode),
+        async { run(errors_sql.clone()).fetch_all::<ErrorRow>().await.map_err(hot.error("aggregate errors")).map_err(CompactorError::from) },
+    )?;
+    let groups = attach(rows, |r| r.group_id, daily, &date)?.into_iter().map(|(row, histograms)| Group { row, histograms }).collect();
+    let hours = attach(hours, |r| r.group_id, hourly, &date)?.into_iter().map(|(row, histograms)| Hour { row, histograms }).collect();
+    Ok(DayAggregates { groups, hours, errors })
 }
 
 #[cfg(test)]
@@ -376,28 +354,23 @@ mod tests {
         assert!(sql.contains("quantilesExact(0.5, 0.95, 0.99)(ttft_ms)"), "{sql}");
         assert!(sql.contains("count(decode_time_ms)"), "{sql}");
         assert!(sql.contains(&format!("any({}) AS group_id", group_id_sql())), "{sql}");
-        let sql = histogram_sql("d.t", ReadMode::Final);
-        assert!(sql.contains(&format!("(SELECT {} AS group_id, [", group_id_sql())), "{sql}");
-        assert!(sql.contains("FROM d.t FINAL WHERE day = toDate(?)) ARRAY JOIN buckets AS bucket, [0, 1, 2, 3, 4, 5, 6, 7] AS measure"), "{sql}");
+        let sql = measures_sql("d.t", ReadMode::Final);
         assert!(
-            sql.contains("if(isNull(toFloat64(cache_prefix_tokens)), 2147483647, if(ifNull(toFloat64(cache_prefix_tokens), 0) <= 0, -32768"),
+            sql.starts_with(&format!("SELECT {} AS day_group, {} AS hour_group, toNullable(total_latency_ms), ", group_id_sql(), hour_id_sql())),
             "{sql}"
         );
-        assert!(sql.contains("least(ceil(log(greatest(ifNull(gpu_mem_peak_mb, 0), 0.001))"), "{sql}");
-        assert!(sql.contains(&format!("log({:?})", histogram::GAMMA)), "{sql}");
-    }
-
-    #[test]
-    fn bucket_keys_unpack() {
-        let group = 0xABCD_EF01_2300_0000;
-        assert_eq!(BucketKey::unpack(group | (7 << 16) | (32768 + 345)), BucketKey { group, measure: 7, bucket: Some(345) });
-        assert_eq!(BucketKey::unpack(group | (1 << 16) | (32768 - 345)), BucketKey { group, measure: 1, bucket: Some(-345) });
-        assert_eq!(BucketKey::unpack(group | (2 << 16)), BucketKey { group, measure: 2, bucket: None });
-        assert_eq!(BucketKey::unpack(group | (32768 + 32767)).bucket, Some(histogram::MAX_INDEX));
+        assert!(
+            sql.ends_with("toNullable(toFloat64(cache_prefix_tokens)), toNullable(gpu_mem_peak_mb) FROM d.t FINAL WHERE day = toDate(?)"),
+            "{sql}"
+        );
+        let hourly = hourly_sql("d.t", ReadMode::Final);
+        assert!(hourly.contains("FROM d.t FINAL WHERE day = toDate(?) GROUP BY hour, minute,"), "{hourly}");
+        assert!(hourly.contains(&format!("any({}) AS gid", hour_id_sql())), "{hourly}");
     }
 
     #[test]
     fn the_catalog_functions_use_the_same_mapping() {
+        use inferlog_schema::histogram;
         let migration = include_str!("../../store/migrations/0002_histograms.sql");
         assert_eq!(histogram::RELATIVE_ERROR, 0.01);
         assert!(migration.contains("gamma constant double precision := (1 + 0.01) / (1 - 0.01);"), "the SQL quantile's γ");

@@ -1,6 +1,6 @@
 //! Configuration of `inferlog-compactor`: its own `[compactor]` table plus
-//! the shared `[schema]`, `[clickhouse]`, `[postgres]`, `[cold]` and
-//! `[retention]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides, validated once.
+//! the shared `[schema]`, `[clickhouse]`, `[postgres]`, `[cold]`,
+//! `[retention]`, `[cost]` and `[budgets]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides, validated once.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
+use inferlog_store::budget::BudgetsConfig;
+use inferlog_store::cost::CostConfig;
 use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +54,8 @@ pub struct Config {
     pub postgres: PostgresConfig,
     pub cold: ColdConfig,
     pub retention: RetentionConfig,
+    pub cost: CostConfig,
+    pub budgets: BudgetsConfig,
     pub compactor: CompactorConfig,
 }
 
@@ -64,6 +68,8 @@ impl Config {
             postgres: section(&root, "postgres").map_err(inferlog_store::StoreError::from)?,
             cold: section(&root, "cold").map_err(inferlog_store::StoreError::from)?,
             retention: section(&root, "retention").map_err(inferlog_store::StoreError::from)?,
+            cost: section(&root, "cost").map_err(inferlog_store::StoreError::from)?,
+            budgets: section(&root, "budgets").map_err(inferlog_store::StoreError::from)?,
             compactor: section(&root, "compactor").map_err(inferlog_store::StoreError::from)?,
         };
         config.validate()?;
@@ -76,6 +82,8 @@ impl Config {
         self.postgres.validate()?;
         self.cold.validate()?;
         self.retention.validate(self.schema.max_event_age)?;
+        self.cost.validate()?;
+        self.budgets.validate()?;
         let c = &self.compactor;
         if c.interval.is_zero() {
             return Err(CompactorError::Config("compactor.interval must be > 0".into()));

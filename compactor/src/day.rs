@@ -16,6 +16,7 @@ use inferlog_schema::config::ErrorDictionary;
 use inferlog_schema::ErrorClass;
 use inferlog_store::catalog::{Catalog, DayRecord, DayState};
 use inferlog_store::cold::ColdStore;
+use inferlog_store::cost::PriceTable;
 use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
 use inferlog_store::release::{release_day, Refusal, Release, ReleaseBy};
 use inferlog_store::{Day, Policy};
@@ -25,6 +26,7 @@ use crate::archive::Archiver;
 use crate::error::CompactorError;
 use crate::format::WrittenObject;
 use crate::metrics::{self, Metrics};
+use crate::publish;
 use crate::verify::verify_day;
 
 /// Test hook ([`inferlog_store::test_hooks`]): `<state>` or `dropped`.
@@ -51,6 +53,7 @@ pub struct DayWork {
     pub catalog: Catalog,
     pub archiver: Archiver,
     pub dictionary: ErrorDictionary,
+    pub prices: PriceTable,
     pub hot_policy: Policy,
     pub metrics: Metrics,
 }
@@ -191,7 +194,7 @@ impl DayWork {
         let verified = self.catalog.day(day).await?.map_or((0, 0), |r| (r.objects, r.bytes));
         if state == Some(DayState::Verified) {
             let started = Instant::now();
-            let (groups, errors) = aggregate::compute(&self.hot, day, mode).await?;
+            let aggregates = aggregate::compute(&self.hot, day, mode).await?;
             let now = self.hot.fingerprint(day, mode).await?;
             if now != fp {
                 return Err(CompactorError::RowsChanged {
@@ -200,7 +203,8 @@ impl DayWork {
                     message: format!("{} became {}", fp.encode(), now.encode()),
                 });
             }
-            aggregate::store(&self.catalog, &self.dictionary, day, &groups, &errors).await?;
+            let published = publish::publish(&self.catalog, &self.dictionary, &self.prices, day, &aggregates).await?;
+            metrics::day_published(&self.metrics, &name, &published);
             metrics::stage_finished(&self.metrics, &name, "aggregate", fp.rows, started.elapsed());
             self.record(day, DayState::Aggregated, &fp, verified.0, verified.1).await?;
         }

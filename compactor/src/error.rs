@@ -20,6 +20,9 @@ pub enum CompactorError {
     /// The day's aggregates cannot be put together (two groups share a hash).
     #[error("aggregates of {day}: {message}")]
     Aggregate { day: String, message: String },
+    /// Another process holds the day's lock (a compactor publishing it).
+    #[error("day {day} is locked by another process; try again")]
+    Busy { day: String },
     #[error("day {day}: the hot rows changed while it was being {step} ({message}); it is redone on the next pass")]
     RowsChanged { day: String, step: &'static str, message: String },
 }
@@ -31,7 +34,9 @@ impl CompactorError {
     pub fn class(&self) -> ErrorClass {
         match self {
             CompactorError::Store(e) => e.class(),
-            CompactorError::Parquet { .. } | CompactorError::Archive { .. } | CompactorError::RowsChanged { .. } => ErrorClass::Retry,
+            CompactorError::Parquet { .. } | CompactorError::Archive { .. } | CompactorError::RowsChanged { .. } | CompactorError::Busy { .. } => {
+                ErrorClass::Retry
+            }
             CompactorError::Verification { .. } | CompactorError::Aggregate { .. } => ErrorClass::Reject,
             CompactorError::Config(_) => ErrorClass::Fail,
         }

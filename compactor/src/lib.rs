@@ -4,7 +4,8 @@
 //!
 //! ClickHouse day partition → [`archive`] (Parquet objects on the cold
 //! store) → [`verify`] (read back, matched against ClickHouse; manifest in
-//! Postgres) → [`aggregate`] (daily aggregates in Postgres) → release
+//! Postgres) → [`aggregate`] (daily and hourly aggregates, computed in
+//! ClickHouse) → [`publish`] (priced, into Postgres) → release
 //! (the hot partition dropped and audited, once past the hot retention).
 
 pub mod aggregate;
@@ -14,6 +15,8 @@ pub mod day;
 pub mod error;
 pub mod format;
 pub mod metrics;
+pub mod publish;
+pub mod reprice;
 pub mod service;
 pub mod verify;
 

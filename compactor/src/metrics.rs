@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use inferlog_store::catalog::DayState;
 use inferlog_store::http::registered;
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -21,6 +21,9 @@ pub struct Metrics {
     pass_seconds: Histogram,
     days_pending: IntGauge,
     stage_seconds: prometheus::HistogramVec,
+    unpriced_requests: IntCounterVec,
+    budget_used: GaugeVec,
+    budget_forecast: GaugeVec,
     /// False after a pass with failed days; `/healthz` answers 503 then.
     pub healthy: Arc<AtomicBool>,
 }
@@ -65,8 +68,32 @@ impl Metrics {
                 &["stage"],
             ),
         );
+        let unpriced_requests = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new("inferlog_compactor_unpriced_requests_total", "Requests aggregated with no price for their model (cost NULL), by model"),
+                &["model_name"],
+            ),
+        );
+        let budget_used = registered(
+            &registry,
+            GaugeVec::new(
+                Opts::new("inferlog_budget_used_ratio", "Share of the month's budget spent through the last closed day, by business line"),
+                &["business_line"],
+            ),
+        );
+        let budget_forecast = registered(
+            &registry,
+            GaugeVec::new(
+                Opts::new("inferlog_budget_forecast_ratio", "Month-end spend at the month's rate so far, as a share of the budget, by business line"),
+                &["business_line"],
+            ),
+        );
         Metrics {
             registry,
+            unpriced_requests,
+            budget_used,
+            budget_forecast,
             day_states,
             rows_archived,
             bytes_written,
@@ -131,4 +158,28 @@ pub fn pass_finished(m: &Metrics, elapsed: Duration, completed: usize, failed: u
     m.days_pending.set(pending as i64);
     m.healthy.store(failed == 0, Ordering::Relaxed);
     tracing::info!(elapsed_ms = elapsed.as_millis() as u64, completed, failed, pending, "pass finished");
+}
+
+/// A day's aggregates were written to Postgres.
+pub fn day_published(m: &Metrics, day: &str, published: &crate::publish::Published) {
+    for (model, requests) in &published.unpriced {
+        m.unpriced_requests.with_label_values(&[model.as_str()]).inc_by(*requests);
+        tracing::warn!(day, model, requests, "no price for the model: its cost is NULL (add a [[cost.prices]] entry, then reprice)");
+    }
+    tracing::info!(day, cost_usd = published.cost_usd, "aggregates published");
+}
+
+/// The budgets as of the last closed day; a line without a budget exports nothing.
+pub fn budgets(m: &Metrics, status: &[inferlog_store::budget::BudgetStatus]) {
+    m.budget_used.reset();
+    m.budget_forecast.reset();
+    for s in status {
+        if let (Some(used), Some(forecast)) = (s.used_ratio, s.forecast_ratio) {
+            m.budget_used.with_label_values(&[s.business_line.as_str()]).set(used);
+            m.budget_forecast.with_label_values(&[s.business_line.as_str()]).set(forecast);
+        }
+        if s.over_alert() {
+            tracing::warn!(business_line = %s.business_line, month = %s.month, used_ratio = s.used_ratio, "90% or more of the monthly budget used");
+        }
+    }
 }

@@ -57,7 +57,8 @@ impl Compactor {
         let dictionary = config.schema.validate().map_err(inferlog_store::StoreError::from)?;
         let archiver =
             Archiver { hot: hot.clone(), cold: cold.clone(), config: config.cold.clone(), sort_memory_bytes: config.compactor.sort_memory_bytes };
-        let work = DayWork { hot, cold, catalog, archiver, dictionary, hot_policy: config.retention.hot_days, metrics };
+        let prices = config.cost.validate()?;
+        let work = DayWork { hot, cold, catalog, archiver, dictionary, prices, hot_policy: config.retention.hot_days, metrics };
         Ok(Compactor { work, config })
     }
 
@@ -107,6 +108,11 @@ impl Compactor {
                     report.failed.push((day, e));
                 }
             }
+        }
+        // Budgets follow the aggregates just written.
+        match inferlog_store::budget::status(&self.work.catalog, &self.config.budgets, today).await {
+            Ok(status) => metrics::budgets(&self.work.metrics, &status),
+            Err(e) => tracing::warn!(%e, "budget status not updated"),
         }
         let pending = report.failed.len() + report.busy.len();
         metrics::pass_finished(&self.work.metrics, started.elapsed(), report.complete.len() + report.released.len(), report.failed.len(), pending);

@@ -147,14 +147,16 @@ pub async fn enforce(
 async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig, dry_run: bool) -> Result<u64, StoreError> {
     let pg = StoreError::postgres;
     let mut tx = stores.catalog.pool().begin().await.map_err(pg("begin"))?;
-    let count: i64 =
-        sqlx::query_scalar("SELECT (SELECT count(*) FROM daily_aggregates WHERE day = $1) + (SELECT count(*) FROM daily_errors WHERE day = $1)")
-            .bind(date_of(day))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(pg("count aggregates"))?;
+    let count: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM daily_aggregates WHERE day = $1) + (SELECT count(*) FROM hourly_aggregates WHERE day = $1) \
+             + (SELECT count(*) FROM daily_errors WHERE day = $1)",
+    )
+    .bind(date_of(day))
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(pg("count aggregates"))?;
     if !dry_run {
-        for table in ["daily_aggregates", "daily_errors"] {
+        for table in ["daily_aggregates", "hourly_aggregates", "daily_errors"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE day = $1"))
                 .bind(date_of(day))
                 .execute(&mut *tx)

@@ -38,7 +38,7 @@ pub struct Inventory {
     pub days: BTreeMap<Day, DayRecord>,
     pub manifest: Vec<ManifestEntry>,
     pub objects: Vec<ColdObject>,
-    /// Rows of `daily_aggregates` plus `daily_errors`, per day.
+    /// Rows of `daily_aggregates`, `hourly_aggregates` and `daily_errors`, per day.
     pub aggregate_days: BTreeMap<Day, u64>,
     pub deletions: Vec<Deletion>,
     pub dlq: DlqRetention,
@@ -66,6 +66,7 @@ impl Stores {
 pub async fn aggregate_days(catalog: &Catalog) -> Result<BTreeMap<Day, u64>, StoreError> {
     let rows = sqlx::query(
         "SELECT day, sum(n)::bigint AS n FROM (SELECT day, count(*) AS n FROM daily_aggregates GROUP BY day \
+         UNION ALL SELECT day, count(*) FROM hourly_aggregates GROUP BY day \
          UNION ALL SELECT day, count(*) FROM daily_errors GROUP BY day) t GROUP BY day ORDER BY day",
     )
     .fetch_all(catalog.pool())

@@ -55,9 +55,8 @@ enum Command {
     },
 }
 
-#[allow(clippy::print_stdout)]
 fn out(text: &str) {
-    println!("{text}");
+    inferlog_store::cli::print_stdout(&format!("{text}\n"));
 }
 
 fn today(now: Option<&str>) -> Result<Day, RetentionError> {

@@ -368,6 +368,44 @@ pub async fn insert_audit<'e, E: Executor<'e, Database = Postgres>>(executor: E,
     Ok(())
 }
 
+/// One row of `cost_audit`: a day whose aggregates left requests unpriced,
+/// or whose cost a reprice rewrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostAuditEntry {
+    pub day: Day,
+    /// `unpriced` or `reprice`.
+    pub action: &'static str,
+    /// Unpriced requests (`unpriced`); aggregate rows rewritten (`reprice`).
+    pub rows: u64,
+    pub unpriced_requests: u64,
+    pub cost_before: Option<f64>,
+    pub cost_after: Option<f64>,
+    /// The price table's digest.
+    pub prices: String,
+    pub actor: &'static str,
+    pub detail: Option<String>,
+}
+
+pub async fn insert_cost_audit<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &CostAuditEntry) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO cost_audit (day, action, rows, unpriced_requests, cost_before, cost_after, prices, actor, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(date_of(e.day))
+    .bind(e.action)
+    .bind(e.rows as i64)
+    .bind(e.unpriced_requests as i64)
+    .bind(e.cost_before)
+    .bind(e.cost_after)
+    .bind(&e.prices)
+    .bind(e.actor)
+    .bind(&e.detail)
+    .execute(executor)
+    .await
+    .map_err(StoreError::postgres("write cost audit row"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,12 @@ pub fn shutdown_signal(then: &'static str) -> tokio::sync::watch::Receiver<bool>
     rx
 }
 
+/// Writes a command's report to stdout (logs go to stderr).
+#[allow(clippy::print_stdout)]
+pub fn print_stdout(text: &str) {
+    print!("{text}");
+}
+
 /// Runs `work` to completion: its code, or on an error (logged as
 /// `<command> failed`) the exit code of the error's class.
 pub fn run<E: Display + Classified>(command: &str, work: impl Future<Output = Result<i32, E>>) -> ExitCode {

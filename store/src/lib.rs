@@ -8,15 +8,19 @@
 //!   the compactor's day states, the cold manifest, the aggregates, the
 //!   audit table of deletions, and the advisory locks replicas share.
 //! - [`cold`]: the object store holding Parquet archives under `dt=YYYY-MM-DD/`.
+//! - [`cost`]: the price table and what a model's tokens cost on a day.
+//! - [`budget`]: monthly budgets per business line, spend and forecast.
 //! - [`policy`]: retention policies and the one rule deciding when a day has expired.
 //! - [`release`]: the one way a day leaves the hot tier (verified archive first).
 //! - [`http`]: the `/metrics` and `/healthz` endpoint every daemon serves.
 //! - [`cli`]: logging, runtime and exit code of every command's `main`.
 
+pub mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod cold;
 pub mod config;
+pub mod cost;
 pub mod error;
 pub mod hot;
 pub mod http;

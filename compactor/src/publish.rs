@@ -1,0 +1,233 @@
+//! Publish stage. In: one day's [`DayAggregates`] and the price table.
+//! Out: the day's rows of `daily_aggregates`, `hourly_aggregates` and
+//! `daily_errors` in Postgres, each priced, replaced in one transaction (a
+//! re-run gives the same rows and never adds to them), and a `cost_audit`
+//! row when requests of the day had no price.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use inferlog_schema::config::ErrorDictionary;
+use inferlog_schema::histogram::Histogram;
+use inferlog_store::catalog::{date_of, insert_cost_audit, Catalog, CostAuditEntry};
+use inferlog_store::cost::{PriceTable, Usage};
+use inferlog_store::{Day, StoreError};
+
+use crate::aggregate::{histograms, DayAggregates, Group, Hour, DURATIONS, LEVELS};
+use crate::error::CompactorError;
+
+/// Rows per INSERT statement (at most 43 parameters each; Postgres takes 65,535).
+const INSERT_ROWS: usize = 1000;
+
+/// What publishing a day found worth telling.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Published {
+    /// Requests no price covered, by model.
+    pub unpriced: BTreeMap<String, u64>,
+    /// The day's cost of the priced requests, in USD.
+    pub cost_usd: f64,
+}
+
+/// The epoch-seconds instant `units` × `seconds` as a timestamp.
+fn instant(units: u64, seconds: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(units as i64 * seconds, 0).unwrap_or_default()
+}
+
+fn daily_columns() -> Vec<String> {
+    let mut columns: Vec<String> = [
+        "day",
+        "business_line",
+        "model_name",
+        "model_version",
+        "input_bucket",
+        "output_bucket",
+        "requests",
+        "errors",
+        "input_tokens",
+        "output_tokens",
+        "cache_hits",
+        "cache_prefix_tokens",
+        "cost_usd",
+    ]
+    .map(String::from)
+    .to_vec();
+    for (_, prefix) in DURATIONS {
+        for level in ["p50", "p95", "p99"] {
+            columns.push(format!("{prefix}_{level}_ms"));
+        }
+    }
+    columns.extend(["gpu_mem_p50_mb", "gpu_mem_p99_mb", "gpu_mem_max_mb"].map(String::from));
+    columns.extend(histograms().map(|(_, prefix)| format!("{prefix}_hist")));
+    columns
+}
+
+fn hourly_columns() -> Vec<String> {
+    let mut columns: Vec<String> = [
+        "hour",
+        "day",
+        "business_line",
+        "model_name",
+        "model_version",
+        "requests",
+        "errors",
+        "input_tokens",
+        "output_tokens",
+        "cache_prefix_tokens",
+        "cost_usd",
+        "peak_minute",
+        "peak_minute_requests",
+        "peak_minute_tokens",
+    ]
+    .map(String::from)
+    .to_vec();
+    columns.extend(DURATIONS.iter().map(|(_, prefix)| format!("{prefix}_hist")));
+    columns
+}
+
+/// Replaces the day's aggregate rows in Postgres with `aggregates`, priced by `prices`, atomically.
+pub async fn publish(
+    catalog: &Catalog,
+    dictionary: &ErrorDictionary,
+    prices: &PriceTable,
+    day: Day,
+    aggregates: &DayAggregates,
+) -> Result<Published, CompactorError> {
+    let pg = StoreError::postgres;
+    let mut tx = catalog.pool().begin().await.map_err(pg("begin"))?;
+    let date = date_of(day);
+    for table in ["daily_aggregates", "hourly_aggregates", "daily_errors"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE day = $1")).bind(date).execute(&mut *tx).await.map_err(pg("replace aggregates"))?;
+    }
+    let mut published = Published::default();
+    let cost = |model: &str, usage: Usage| prices.cost(model, day, usage);
+
+    // A few statements of many rows each: one round trip per group made the
+    // stage as slow as the queries that compute it.
+    let columns = daily_columns().join(", ");
+    for chunk in aggregates.groups.chunks(INSERT_ROWS) {
+        let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO daily_aggregates ({columns}) "));
+        insert.push_values(chunk, |mut q, Group { row: g, histograms }| {
+            let usage = Usage {
+                requests: g.requests,
+                input_tokens: g.input_tokens,
+                cached_input_tokens: g.cache_prefix_tokens,
+                output_tokens: g.output_tokens,
+            };
+            let cost_usd = cost(&g.model_name, usage);
+            match cost_usd {
+                Some(c) => published.cost_usd += c,
+                None => *published.unpriced.entry(g.model_name.clone()).or_default() += g.requests,
+            }
+            q.push_bind(date)
+                .push_bind(&g.business_line)
+                .push_bind(&g.model_name)
+                .push_bind(&g.model_version)
+                .push_bind(&g.input_bucket)
+                .push_bind(&g.output_bucket)
+                .push_bind(g.requests as i64)
+                .push_bind(g.errors as i64)
+                .push_bind(g.input_tokens as i64)
+                .push_bind(g.output_tokens as i64)
+                .push_bind(g.cache_hits as i64)
+                .push_bind(g.cache_prefix_tokens as i64)
+                .push_bind(cost_usd);
+            for (present, quantiles) in g.durations() {
+                for i in 0..LEVELS.len() {
+                    // quantilesExact over only NULLs answers 0: store NULL instead.
+                    q.push_bind((present > 0).then(|| quantiles.get(i).copied()).flatten());
+                }
+            }
+            let gpu_mem = g.present_gpu_mem > 0;
+            q.push_bind(g.q_gpu_mem.first().copied().filter(|_| gpu_mem))
+                .push_bind(g.q_gpu_mem.get(1).copied().filter(|_| gpu_mem))
+                .push_bind(gpu_mem.then_some(g.max_gpu_mem));
+            for h in histograms {
+                q.push_bind(h.as_ref().map(Histogram::encode));
+            }
+        });
+        insert.build().execute(&mut *tx).await.map_err(pg("insert aggregates"))?;
+    }
+
+    let columns = hourly_columns().join(", ");
+    for chunk in aggregates.hours.chunks(INSERT_ROWS) {
+        let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO hourly_aggregates ({columns}) "));
+        insert.push_values(chunk, |mut q, Hour { row: h, histograms }| {
+            let usage = Usage {
+                requests: h.requests,
+                input_tokens: h.input_tokens,
+                cached_input_tokens: h.cache_prefix_tokens,
+                output_tokens: h.output_tokens,
+            };
+            q.push_bind(instant(h.hour, 3600))
+                .push_bind(date)
+                .push_bind(&h.business_line)
+                .push_bind(&h.model_name)
+                .push_bind(&h.model_version)
+                .push_bind(h.requests as i64)
+                .push_bind(h.errors as i64)
+                .push_bind(h.input_tokens as i64)
+                .push_bind(h.output_tokens as i64)
+                .push_bind(h.cache_prefix_tokens as i64)
+                .push_bind(cost(&h.model_name, usage))
+                .push_bind(instant(h.peak_minute, 60))
+                .push_bind(h.peak_minute_requests as i64)
+                .push_bind(h.peak_minute_tokens as i64);
+            for h in histograms {
+                q.push_bind(h.as_ref().map(Histogram::encode));
+            }
+        });
+        insert.build().execute(&mut *tx).await.map_err(pg("insert hourly aggregates"))?;
+    }
+
+    for e in &aggregates.errors {
+        sqlx::query(
+            "INSERT INTO daily_errors (day, business_line, model_name, model_version, error_code, error_name, error_stage, errors) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(date)
+        .bind(&e.business_line)
+        .bind(&e.model_name)
+        .bind(&e.model_version)
+        .bind(e.error_code)
+        .bind(dictionary.get(e.error_code).unwrap_or("unknown"))
+        .bind(&e.error_stage)
+        .bind(e.errors as i64)
+        .execute(&mut *tx)
+        .await
+        .map_err(pg("insert error counts"))?;
+    }
+
+    let unpriced: u64 = published.unpriced.values().sum();
+    if unpriced > 0 {
+        let detail = published.unpriced.iter().map(|(model, n)| format!("{model}: {n}")).collect::<Vec<_>>().join(", ");
+        let entry = CostAuditEntry {
+            day,
+            action: "unpriced",
+            rows: unpriced,
+            unpriced_requests: unpriced,
+            cost_before: None,
+            cost_after: Some(published.cost_usd),
+            prices: prices.digest().to_owned(),
+            actor: "compactor",
+            detail: Some(format!("no price for {detail}")),
+        };
+        insert_cost_audit(&mut *tx, &entry).await?;
+    }
+    tx.commit().await.map_err(pg("commit aggregates"))?;
+    Ok(published)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_name_every_bound_value() {
+        // 13 counts and keys, 18 percentiles, 3 GPU memory figures, 8 histograms.
+        assert_eq!(daily_columns().len(), 42);
+        assert!(daily_columns().len() * INSERT_ROWS < 65_535);
+        assert_eq!(hourly_columns().len(), 14 + DURATIONS.len());
+        assert_eq!(instant(2, 3600).to_rfc3339(), "1970-01-01T02:00:00+00:00");
+        assert_eq!(instant(61, 60).to_rfc3339(), "1970-01-01T01:01:00+00:00");
+    }
+}
