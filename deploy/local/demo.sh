@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The README's demo: installs what is missing, builds, starts the local
 # services, generates 14 days of traffic (2% invalid), produces it to Kafka,
-# runs ingest until the topic is drained, then the compactor (daily
-# aggregates into Postgres, Parquet archive on S3), retention (days past the
-# 7-day hot policy leave ClickHouse) and its audit, and shows what landed
-# where, reconciled across the tiers.
+# runs ingest until the topic is drained, then the compactor (daily and
+# hourly aggregates with their cost into Postgres, Parquet archive on S3),
+# the budget report, retention (days past the 7-day hot policy leave
+# ClickHouse) and its audit, and shows what landed where, reconciled across
+# the tiers.
 # Safe to re-run (each run uses its own topic and table). Stop the services
 # with `deploy/local/services.sh down`.
 set -euo pipefail
@@ -82,6 +83,20 @@ pg "SELECT business_line, sum(requests) AS requests,
            round(inferlog_quantile(inferlog_merge(total_latency_hist), 0.99)::numeric, 1) AS p99_ms,
            round(inferlog_quantile(inferlog_merge(ttft_hist), 0.99)::numeric, 1) AS p99_ttft_ms
       FROM daily_aggregates WHERE day >= current_date - 30 GROUP BY business_line ORDER BY p99_ms DESC"
+step "which business line burned the budget? cost by business line over 30 days (priced from [[cost.prices]])"
+pg "SELECT business_line, sum(requests) AS requests, sum(input_tokens) AS tokens_in, sum(cache_prefix_tokens) AS tokens_cached,
+           sum(output_tokens) AS tokens_out, round(sum(cost_usd)::numeric, 2) AS cost_usd,
+           coalesce(sum(requests) FILTER (WHERE cost_usd IS NULL), 0) AS unpriced_requests
+      FROM daily_aggregates WHERE day >= current_date - 30 GROUP BY business_line ORDER BY cost_usd DESC"
+step "capacity: the five busiest hours, and the busiest minute in each (Postgres hourly_aggregates)"
+pg "WITH h AS (SELECT hour, sum(requests) AS requests, sum(input_tokens + output_tokens) AS tokens,
+                      round(sum(cost_usd)::numeric, 2) AS cost_usd FROM hourly_aggregates GROUP BY hour),
+          p AS (SELECT DISTINCT ON (hour) hour, peak_minute, peak_minute_requests FROM hourly_aggregates
+                ORDER BY hour, peak_minute_requests DESC, peak_minute)
+      SELECT h.hour, h.requests, h.tokens, h.cost_usd, p.peak_minute AS busiest_line_minute, p.peak_minute_requests
+      FROM h JOIN p USING (hour) ORDER BY h.requests DESC LIMIT 5"
+step "budgets: spend, budget, used share and month-end forecast per business line (inferlog-report budget; exit 1 at 90%)"
+"$bin/inferlog-report" --config deploy/local/inferlog.toml budget 2>/dev/null || echo "  (a business line is at 90% of its budget or more: the command exits 1 for cron and CI)" >&2
 step "errors by code and stage (Postgres daily_errors, whole period)"
 pg "SELECT error_name, error_stage, sum(errors) AS errors FROM daily_errors GROUP BY error_name, error_stage ORDER BY errors DESC LIMIT 10"
 step "retention: days past the 7-day hot policy leave ClickHouse (each has a verified archive), every deletion audited"

@@ -51,10 +51,12 @@ pub fn sections() -> Vec<Section> {
         Section::of::<inferlog_ingest::config::KafkaConfig>("kafka", "ingest; retention (the DLQ topic)"),
         Section::of::<inferlog_ingest::config::IngestConfig>("ingest", "ingest"),
         Section::of::<ClickHouseConfig>("clickhouse", "ingest, compactor, retention"),
-        Section::of::<PostgresConfig>("postgres", "compactor, retention"),
+        Section::of::<PostgresConfig>("postgres", "compactor, retention, report"),
         Section::of::<ColdConfig>("cold", "compactor, retention"),
         Section::of::<inferlog_compactor::config::CompactorConfig>("compactor", "compactor"),
         Section::of::<RetentionConfig>("retention", "compactor (hot_days), retention"),
+        Section::of::<inferlog_store::cost::CostConfig>("cost", "compactor, report"),
+        Section::of::<inferlog_store::budget::BudgetsConfig>("budgets", "compactor, report"),
     ]
 }
 
@@ -168,7 +170,7 @@ mod tests {
         let literal = match rest.chars().next()? {
             '"' => &rest[..rest[1..].find('"')? + 2],
             '[' => &rest[..rest.find(']')? + 1],
-            c if c.is_ascii_digit() => rest.split(|c: char| !c.is_ascii_digit()).next()?,
+            c if c.is_ascii_digit() => rest.split(|c: char| !c.is_ascii_digit() && c != '.').next()?.trim_end_matches('.'),
             _ => return None,
         };
         let table: toml::Table = format!("v = {literal}").parse().ok()?;
