@@ -27,7 +27,7 @@ pub const GAMMA: f64 = (1.0 + RELATIVE_ERROR) / (1.0 - RELATIVE_ERROR);
 /// The smallest duration kept apart from its neighbours: 1 µs.
 pub const MIN_VALUE: f64 = 0.001;
 
-/// The highest bucket index (the compactor packs an index in 16 bits).
+/// The highest bucket index (values above γ^32767 ms count there).
 pub const MAX_INDEX: i32 = 32767;
 
 /// The bucket index of a positive `value`: the `i` with γ^(i−1) < value ≤ γ^i.
