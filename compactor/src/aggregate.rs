@@ -22,8 +22,9 @@
 use std::collections::HashMap;
 
 use clickhouse::Row;
-use inferlog_schema::histogram::Histogram;
+use inferlog_schema::histogram::{self, Histogram};
 use inferlog_schema::{InputBucket, OutputBucket};
+use inferlog_store::cost::Usage;
 use inferlog_store::hot::{HotTier, ReadMode};
 use inferlog_store::Day;
 use serde::Deserialize;
@@ -94,6 +95,16 @@ pub struct AggregateRow {
 }
 
 impl AggregateRow {
+    /// The token sums the group is priced from.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            requests: self.requests,
+            input_tokens: self.input_tokens,
+            cached_input_tokens: self.cache_prefix_tokens,
+            output_tokens: self.output_tokens,
+        }
+    }
+
     /// Per duration in [`DURATIONS`] order: (rows that carried it, its quantiles at [`LEVELS`]).
     pub fn durations(&self) -> [(u64, &[f64]); 6] {
         [
@@ -137,6 +148,18 @@ pub struct HourRow {
     pub peak_minute_tokens: u64,
     /// [`hour_id_sql`]: joins the hour to its histograms.
     pub group_id: u64,
+}
+
+impl HourRow {
+    /// The token sums the hour is priced from.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            requests: self.requests,
+            input_tokens: self.input_tokens,
+            cached_input_tokens: self.cache_prefix_tokens,
+            output_tokens: self.output_tokens,
+        }
+    }
 }
 
 /// One hour of one business line × model × version, with its duration
@@ -271,15 +294,14 @@ async fn count_histograms(hot: &HotTier, day: &str, mode: ReadMode) -> Result<Co
     let (mut daily, mut hourly): Counted = Default::default();
     while let Some(row) = cursor.next().await.map_err(hot.error("histograms"))? {
         let day_slots = daily.entry(row.day_group).or_insert_with(|| std::array::from_fn(|_| None));
-        for (slot, value) in day_slots.iter_mut().zip(row.measures) {
-            if let Some(v) = value {
-                slot.get_or_insert_with(Histogram::new).add(v);
-            }
-        }
         let hour_slots = hourly.entry(row.hour_group).or_insert_with(|| std::array::from_fn(|_| None));
-        for (slot, value) in hour_slots.iter_mut().zip(row.measures) {
-            if let Some(v) = value {
-                slot.get_or_insert_with(Histogram::new).add(v);
+        for (m, value) in row.measures.into_iter().enumerate() {
+            let Some(v) = value else { continue };
+            // Each value's bucket once; a duration counts in both histograms.
+            let bucket = (v > 0.0).then(|| histogram::bucket(v));
+            day_slots[m].get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
+            if let Some(slot) = hour_slots.get_mut(m) {
+                slot.get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
             }
         }
     }
@@ -370,7 +392,6 @@ mod tests {
 
     #[test]
     fn the_catalog_functions_use_the_same_mapping() {
-        use inferlog_schema::histogram;
         let migration = include_str!("../../store/migrations/0002_histograms.sql");
         assert_eq!(histogram::RELATIVE_ERROR, 0.01);
         assert!(migration.contains("gamma constant double precision := (1 + 0.01) / (1 - 0.01);"), "the SQL quantile's γ");

@@ -107,13 +107,7 @@ pub async fn publish(
     for chunk in aggregates.groups.chunks(INSERT_ROWS) {
         let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO daily_aggregates ({columns}) "));
         insert.push_values(chunk, |mut q, Group { row: g, histograms }| {
-            let usage = Usage {
-                requests: g.requests,
-                input_tokens: g.input_tokens,
-                cached_input_tokens: g.cache_prefix_tokens,
-                output_tokens: g.output_tokens,
-            };
-            let cost_usd = cost(&g.model_name, usage);
+            let cost_usd = cost(&g.model_name, g.usage());
             match cost_usd {
                 Some(c) => published.cost_usd += c,
                 None => *published.unpriced.entry(g.model_name.clone()).or_default() += g.requests,
@@ -152,12 +146,6 @@ pub async fn publish(
     for chunk in aggregates.hours.chunks(INSERT_ROWS) {
         let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO hourly_aggregates ({columns}) "));
         insert.push_values(chunk, |mut q, Hour { row: h, histograms }| {
-            let usage = Usage {
-                requests: h.requests,
-                input_tokens: h.input_tokens,
-                cached_input_tokens: h.cache_prefix_tokens,
-                output_tokens: h.output_tokens,
-            };
             q.push_bind(instant(h.hour, 3600))
                 .push_bind(date)
                 .push_bind(&h.business_line)
@@ -168,7 +156,7 @@ pub async fn publish(
                 .push_bind(h.input_tokens as i64)
                 .push_bind(h.output_tokens as i64)
                 .push_bind(h.cache_prefix_tokens as i64)
-                .push_bind(cost(&h.model_name, usage))
+                .push_bind(cost(&h.model_name, h.usage()))
                 .push_bind(instant(h.peak_minute, 60))
                 .push_bind(h.peak_minute_requests as i64)
                 .push_bind(h.peak_minute_tokens as i64);

@@ -222,18 +222,16 @@ pub async fn status(catalog: &Catalog, config: &BudgetsConfig, as_of: Day) -> Re
     .fetch_all(catalog.pool())
     .await
     .map_err(StoreError::postgres("read daily spend"))?;
-    let mut daily = Vec::with_capacity(rows.len());
-    for r in rows {
-        let decode = StoreError::postgres("decode daily spend");
-        let day: NaiveDate = r.try_get("day").map_err(decode)?;
-        daily.push(DailySpend {
-            day: day_of(day),
-            business_line: r.try_get("business_line").map_err(StoreError::postgres("decode daily spend"))?,
-            cost_usd: r.try_get("cost_usd").map_err(StoreError::postgres("decode daily spend"))?,
-            tokens: r.try_get::<i64, _>("tokens").map_err(StoreError::postgres("decode daily spend"))? as u64,
-            unpriced_requests: r.try_get::<i64, _>("unpriced").map_err(StoreError::postgres("decode daily spend"))? as u64,
-        });
-    }
+    let decode = |r: &sqlx::postgres::PgRow| -> Result<DailySpend, sqlx::Error> {
+        Ok(DailySpend {
+            day: day_of(r.try_get::<NaiveDate, _>("day")?),
+            business_line: r.try_get("business_line")?,
+            cost_usd: r.try_get("cost_usd")?,
+            tokens: r.try_get::<i64, _>("tokens")? as u64,
+            unpriced_requests: r.try_get::<i64, _>("unpriced")? as u64,
+        })
+    };
+    let daily = rows.iter().map(decode).collect::<Result<Vec<_>, _>>().map_err(StoreError::postgres("decode daily spend"))?;
     Ok(evaluate(config, as_of, &daily))
 }
 
