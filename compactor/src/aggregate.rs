@@ -123,6 +123,7 @@ pub struct ErrorRow {
     pub business_line: String,
     pub model_name: String,
     pub model_version: String,
+    pub input_bucket: String,
     pub error_code: i32,
     pub error_stage: String,
     pub errors: u64,
@@ -337,11 +338,12 @@ pub async fn compute(hot: &HotTier, day: Day, mode: ReadMode) -> Result<DayAggre
     let table = hot.qualified();
     let run = |sql: String| hot.client().query(&sql).bind(&date);
     let errors_sql = format!(
-        "SELECT business_line, model_name, model_version, error_code, ifNull(error_stage, '') AS error_stage, count() AS errors \
-         FROM {table} {} WHERE day = toDate(?) AND error_code != 0 \
-         GROUP BY business_line, model_name, model_version, error_code, error_stage \
-         ORDER BY business_line, model_name, model_version, error_code, error_stage",
-        mode.modifier()
+        "SELECT business_line, model_name, model_version, {input} AS input_bucket, error_code, ifNull(error_stage, '') AS error_stage, \
+         count() AS errors FROM {table} {} WHERE day = toDate(?) AND error_code != 0 \
+         GROUP BY business_line, model_name, model_version, input_bucket, error_code, error_stage \
+         ORDER BY business_line, model_name, model_version, input_bucket, error_code, error_stage",
+        mode.modifier(),
+        input = length_buckets_sql().0,
     );
     let (rows, hours, (daily, hourly), errors) = tokio::try_join!(
         async { run(aggregate_sql(&table, mode)).fetch_all::<AggregateRow>().await.map_err(hot.error("aggregate")).map_err(CompactorError::from) },

@@ -169,13 +169,14 @@ pub async fn publish(
 
     for e in &aggregates.errors {
         sqlx::query(
-            "INSERT INTO daily_errors (day, business_line, model_name, model_version, error_code, error_name, error_stage, errors) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO daily_errors (day, business_line, model_name, model_version, input_bucket, error_code, error_name, error_stage, errors) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(date)
         .bind(&e.business_line)
         .bind(&e.model_name)
         .bind(&e.model_version)
+        .bind(&e.input_bucket)
         .bind(e.error_code)
         .bind(dictionary.get(e.error_code).unwrap_or("unknown"))
         .bind(&e.error_stage)

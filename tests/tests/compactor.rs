@@ -95,29 +95,34 @@ fn assert_aggregates_match(s: &TierScenario, events: &[InferenceEvent]) {
     }
     assert_eq!(seen, expected.len(), "every group of the input is stored, and nothing else");
 
-    let mut errors: BTreeMap<(String, String, String, String, i32, String), u64> = BTreeMap::new();
+    // (day, business line, model, version, input bucket, code, stage) -> errors
+    type ErrorKey = (String, String, String, String, String, i32, String);
+    let mut errors: BTreeMap<ErrorKey, u64> = BTreeMap::new();
     for e in events.iter().filter(|e| e.error_code != 0) {
         let key = (
             inferlog_schema::timestamp::utc_day(e.timestamp_ms),
             e.business_line.clone(),
             e.model_name.clone(),
             e.model_version.clone(),
+            e.input_bucket().as_str().to_owned(),
             e.error_code,
             e.error_stage.map(|s| s.as_str().to_owned()).unwrap_or_default(),
         );
         *errors.entry(key).or_default() += 1;
     }
-    let stored = s.psql("SELECT day, business_line, model_name, model_version, error_code, error_stage, errors, error_name FROM daily_errors ORDER BY 1, 2, 3, 4, 5, 6");
+    let stored = s.psql(
+        "SELECT day, business_line, model_name, model_version, input_bucket, error_code, error_stage, errors, error_name FROM daily_errors ORDER BY 1, 2, 3, 4, 5, 6, 7",
+    );
     let mut found = BTreeMap::new();
     for line in stored.lines() {
         let f: Vec<&str> = line.split('\t').collect();
-        assert_ne!(f[7], "unknown", "every code has its dictionary name: {line}");
+        assert_ne!(f[8], "unknown", "every code has its dictionary name: {line}");
         found.insert(
-            (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].parse().expect("code"), f[5].to_owned()),
-            f[6].parse::<u64>().expect("count"),
+            (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].to_owned(), f[5].parse().expect("code"), f[6].to_owned()),
+            f[7].parse::<u64>().expect("count"),
         );
     }
-    assert_eq!(found, errors, "error counts per (day, business line, model, version, code, stage)");
+    assert_eq!(found, errors, "error counts per (day, business line, model, version, input bucket, code, stage)");
 }
 
 #[test]
