@@ -1,19 +1,23 @@
-//! Configuration of `inferlog-report`: the shared `[postgres]`, `[cost]`
-//! and `[budgets]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides,
+//! Configuration of `inferlog-report`: the shared `[clickhouse]`,
+//! `[postgres]`, `[schema]` (the error dictionary), `[cost]` and
+//! `[budgets]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides,
 //! validated once. Other commands' tables are ignored.
 
 use std::path::Path;
 
 use inferlog_schema::config::{load_config_value, section};
+use inferlog_schema::ContractConfig;
 use inferlog_store::budget::BudgetsConfig;
 use inferlog_store::cost::CostConfig;
-use inferlog_store::PostgresConfig;
+use inferlog_store::{ClickHouseConfig, PostgresConfig};
 
 use crate::error::ReportError;
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Config {
+    pub clickhouse: ClickHouseConfig,
     pub postgres: PostgresConfig,
+    pub schema: ContractConfig,
     pub cost: CostConfig,
     pub budgets: BudgetsConfig,
 }
@@ -23,7 +27,9 @@ impl Config {
         let bad = |e: inferlog_schema::SchemaError| ReportError::Config(e.to_string());
         let root = load_config_value(Some(path), std::env::vars()).map_err(bad)?;
         let config = Config {
+            clickhouse: section(&root, "clickhouse").map_err(bad)?,
             postgres: section(&root, "postgres").map_err(bad)?,
+            schema: section(&root, "schema").map_err(bad)?,
             cost: section(&root, "cost").map_err(bad)?,
             budgets: section(&root, "budgets").map_err(bad)?,
         };
@@ -32,7 +38,9 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ReportError> {
+        self.clickhouse.validate()?;
         self.postgres.validate()?;
+        self.schema.validate().map_err(|e| ReportError::Config(e.to_string()))?;
         self.cost.validate()?;
         self.budgets.validate()?;
         Ok(())

@@ -10,6 +10,9 @@ pub enum ReportError {
     Config(String),
     #[error("usage: {0}")]
     Usage(String),
+    /// A stored value the report cannot read (a histogram that does not decode).
+    #[error("stored data: {0}")]
+    Data(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -1,15 +1,24 @@
 //! `inferlog-report`: the questions users bring, answered from the tier
-//! that holds the days asked about. In: the config file's store tables and
-//! the view asked for. Out: the view as text or JSON on stdout, and an exit
-//! code a cron job or CI step can act on (0 fine, 1 a threshold crossed,
-//! 2 usage or store errors).
+//! that holds the days asked about. In: the config file's store tables,
+//! a range of days, a filter and the view asked for. Out: the view as
+//! text, CSV or JSON on stdout, optionally the HTML page, and an exit code
+//! a cron job or CI step can act on (0 fine, 1 a threshold crossed, 2
+//! usage or store errors).
 //!
-//! - [`config`]: the tables the report reads, validated once.
-//! - [`budget`]: the `budget` view (spend, budget, used share and forecast per business line).
+//! The flow: [`range`] → [`source`] (each day from ClickHouse or Postgres)
+//! → [`facts`] → [`views`] → [`document`] → [`render`]; [`threshold`]
+//! checks `--fail-if`; [`budget`] is the `budget` view.
 
 pub mod budget;
 pub mod config;
+pub mod document;
 pub mod error;
+pub mod facts;
+pub mod range;
+pub mod render;
+pub mod source;
+pub mod threshold;
+pub mod views;
 
 pub use config::Config;
 pub use error::ReportError;

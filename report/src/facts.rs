@@ -1,0 +1,285 @@
+//! The tier-neutral facts every view is computed from. In: rows of either
+//! tier (hot rows folded by [`crate::source::hot`], aggregate rows read by
+//! [`crate::source::aggregates`]). Out: [`Facts`]: per day × business line
+//! × model × version × input bucket × output bucket the counts, cost and
+//! mergeable histograms; per hour the same with the busiest minute; error
+//! counts; and, for hot days only, per hashed user the tokens.
+//!
+//! Both tiers reduce to the same groups with the same histograms
+//! ([`inferlog_schema::histogram`]), so a question has the same answer
+//! whichever tier holds its days.
+
+use std::collections::{BTreeMap, HashMap};
+
+use inferlog_schema::histogram::Histogram;
+use inferlog_store::Day;
+use serde::Serialize;
+
+/// The latency measures, in histogram order: (key used in the output, label).
+pub const LATENCIES: [(&str, &str); 6] =
+    [("total", "total"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("queue", "queue"), ("prefill", "prefill"), ("decode", "decode")];
+/// Index of the latency measures in [`LATENCIES`].
+pub const TOTAL: usize = 0;
+pub const TTFT: usize = 1;
+pub const TPOT: usize = 2;
+pub const QUEUE: usize = 3;
+pub const PREFILL: usize = 4;
+pub const DECODE: usize = 5;
+/// Index of the cached-prefix histogram (tokens) in a group's histograms.
+pub const CACHE_PREFIX: usize = 6;
+
+/// A group's histograms: the six latencies, then the cached prefix.
+pub type GroupHists = [Option<Histogram>; 7];
+/// An hour's histograms: the six latencies.
+pub type HourHists = [Option<Histogram>; 6];
+
+/// Which tier answered a day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// ClickHouse: every row of the day (full detail, hashed users included).
+    Hot,
+    /// Postgres: the day's aggregates (the hot rows are released).
+    Aggregates,
+    /// No tier holds the day.
+    None,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Hot => "hot",
+            Tier::Aggregates => "aggregates",
+            Tier::None => "none",
+        }
+    }
+}
+
+/// Additive figures of any set of requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Counts {
+    pub requests: u64,
+    pub errors: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Requests the prefix cache served (unknown for hours: 0 there).
+    pub cache_hits: u64,
+    pub cache_prefix_tokens: u64,
+    /// USD of the priced requests.
+    pub cost_usd: f64,
+    /// Requests whose model had no price: their tokens count, their cost does not.
+    pub unpriced_requests: u64,
+}
+
+impl Counts {
+    pub fn add(&mut self, other: &Counts) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_hits += other.cache_hits;
+        self.cache_prefix_tokens += other.cache_prefix_tokens;
+        self.cost_usd += other.cost_usd;
+        self.unpriced_requests += other.unpriced_requests;
+    }
+
+    /// Input plus output tokens.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    /// The counts' usage, as the price table sees it.
+    pub fn usage(&self) -> inferlog_store::cost::Usage {
+        inferlog_store::cost::Usage {
+            requests: self.requests,
+            input_tokens: self.input_tokens,
+            cached_input_tokens: self.cache_prefix_tokens,
+            output_tokens: self.output_tokens,
+        }
+    }
+
+    /// Prices the counts: `cost` is the price table's answer (`None`: unpriced).
+    pub fn price(&mut self, cost: Option<f64>) {
+        match cost {
+            Some(usd) => self.cost_usd = usd,
+            None => self.unpriced_requests = self.requests,
+        }
+    }
+}
+
+/// Merges `from` into `into`, histogram by histogram.
+pub fn merge_hists<const N: usize>(into: &mut [Option<Histogram>; N], from: &[Option<Histogram>; N]) {
+    for (a, b) in into.iter_mut().zip(from) {
+        if let Some(b) = b {
+            a.get_or_insert_with(Histogram::new).merge(b);
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupKey {
+    pub day: Day,
+    pub business_line: String,
+    pub model_name: String,
+    pub model_version: String,
+    pub input_bucket: String,
+    pub output_bucket: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupFacts {
+    pub counts: Counts,
+    pub hists: GroupHists,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HourKey {
+    /// Hours since 1970-01-01 00:00 UTC.
+    pub hour: i64,
+    pub business_line: String,
+    pub model_name: String,
+    pub model_version: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HourFacts {
+    pub counts: Counts,
+    /// Minutes since the epoch of the busiest minute (most requests, the earliest of equals).
+    pub peak_minute: i64,
+    pub peak_minute_requests: u64,
+    /// Input plus output tokens of the busiest minute.
+    pub peak_minute_tokens: u64,
+    pub hists: HourHists,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ErrorKey {
+    pub day: Day,
+    pub business_line: String,
+    pub model_name: String,
+    pub model_version: String,
+    /// `*` for days aggregated before errors were counted per input bucket.
+    pub input_bucket: String,
+    pub error_code: i32,
+    pub error_stage: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorFacts {
+    /// The error dictionary's name of the code.
+    pub name: String,
+    pub errors: u64,
+}
+
+/// One hashed user's use (hot days only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserFacts {
+    pub requests: u64,
+    pub tokens: u64,
+}
+
+/// Everything known about the days asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// Each day of the range and the tier that answered it, oldest first.
+    pub tiers: Vec<(Day, Tier)>,
+    pub groups: BTreeMap<GroupKey, GroupFacts>,
+    pub hours: BTreeMap<HourKey, HourFacts>,
+    pub errors: BTreeMap<ErrorKey, ErrorFacts>,
+    /// Per hashed user, per day (hot days only: the aggregates keep no users).
+    pub users: HashMap<(Day, String), UserFacts>,
+}
+
+impl Facts {
+    /// The tier of `day` (`None` outside the range loaded).
+    pub fn tier(&self, day: Day) -> Tier {
+        self.tiers.iter().find(|(d, _)| *d == day).map_or(Tier::None, |(_, t)| *t)
+    }
+
+    /// Merges the facts of one tier's days into these.
+    pub fn absorb(&mut self, other: Facts) {
+        self.tiers.extend(other.tiers);
+        self.tiers.sort_by_key(|(d, _)| *d);
+        for (k, v) in other.groups {
+            let g = self.groups.entry(k).or_default();
+            g.counts.add(&v.counts);
+            merge_hists(&mut g.hists, &v.hists);
+        }
+        self.hours.extend(other.hours);
+        for (k, v) in other.errors {
+            let e = self.errors.entry(k).or_default();
+            e.errors += v.errors;
+            e.name = v.name;
+        }
+        self.users.extend(other.users);
+    }
+}
+
+/// The counts and merged histograms of a set of groups.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub counts: Counts,
+    pub hists: GroupHists,
+}
+
+impl Summary {
+    pub fn of<'a>(groups: impl IntoIterator<Item = &'a GroupFacts>) -> Summary {
+        let mut s = Summary::default();
+        for g in groups {
+            s.add(g);
+        }
+        s
+    }
+
+    pub fn add(&mut self, g: &GroupFacts) {
+        self.counts.add(&g.counts);
+        merge_hists(&mut self.hists, &g.hists);
+    }
+
+    /// The `q`-quantile of histogram `measure` (`None`: no request carried it).
+    pub fn quantile(&self, measure: usize, q: f64) -> Option<f64> {
+        self.hists[measure].as_ref().and_then(|h| h.quantile(q))
+    }
+
+    /// Successful requests over all requests (`None` without requests).
+    pub fn success_rate(&self) -> Option<f64> {
+        (self.counts.requests > 0).then(|| 1.0 - self.counts.errors as f64 / self.counts.requests as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(requests: u64, values: &[f64]) -> GroupFacts {
+        let mut h = Histogram::new();
+        for v in values {
+            h.add(*v);
+        }
+        let mut g = GroupFacts { counts: Counts { requests, errors: 1, cost_usd: 0.5, ..Counts::default() }, ..GroupFacts::default() };
+        g.hists[TTFT] = Some(h);
+        g
+    }
+
+    #[test]
+    fn summaries_add_counts_and_merge_histograms() {
+        let s = Summary::of([&group(2, &[10.0, 20.0]), &group(2, &[30.0, 40.0]), &GroupFacts::default()]);
+        assert_eq!(s.counts.requests, 4);
+        assert_eq!(s.counts.errors, 2);
+        assert!((s.counts.cost_usd - 1.0).abs() < 1e-12);
+        assert_eq!(s.success_rate(), Some(0.5));
+        let p50 = s.quantile(TTFT, 0.5).expect("ttft");
+        assert!((p50 - 30.0).abs() <= 0.3, "nearest rank of 4 values at 0.5 is the third: {p50}");
+        assert_eq!(s.quantile(TPOT, 0.5), None, "no request carried it");
+        assert_eq!(Summary::default().success_rate(), None);
+    }
+
+    #[test]
+    fn unpriced_counts_keep_their_tokens() {
+        let mut c = Counts { requests: 3, input_tokens: 10, output_tokens: 5, ..Counts::default() };
+        c.price(None);
+        assert_eq!((c.unpriced_requests, c.cost_usd, c.tokens()), (3, 0.0, 15));
+        c.price(Some(2.0));
+        assert_eq!(c.cost_usd, 2.0);
+    }
+}

@@ -1,0 +1,164 @@
+//! The aggregates tier as a source of facts. In: the days routed to
+//! Postgres and the filter. Out: [`Facts`] read from `daily_aggregates`,
+//! `hourly_aggregates` (when the view shows hours; TTFT and TPOT
+//! histograms only) and `daily_errors`, with the cost stored when the
+//! day was aggregated (or last repriced). Hashed users are not kept there.
+
+use inferlog_schema::histogram::Histogram;
+use inferlog_store::catalog::{date_of, day_of, Catalog};
+use inferlog_store::{Day, StoreError};
+use sqlx::Row as _;
+
+use crate::error::ReportError;
+use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Tier, TPOT, TTFT};
+use crate::source::Filter;
+
+/// The filter of every query: `$1` the days, `$2` the business line, `$3` the model (NULL: any).
+const WHERE: &str = "WHERE day = ANY($1) AND ($2::text IS NULL OR business_line = $2) AND ($3::text IS NULL OR model_name = $3)";
+
+fn pg(operation: &'static str) -> impl Fn(sqlx::Error) -> ReportError {
+    move |e| ReportError::Store(StoreError::postgres(operation)(e))
+}
+
+/// A stored histogram (NULL: no request carried the measure).
+fn histogram(encoded: Option<Vec<i64>>, column: &str) -> Result<Option<Histogram>, ReportError> {
+    encoded.map(|e| Histogram::decode(&e)).transpose().map_err(|e| ReportError::Data(format!("{column}: {e}")))
+}
+
+/// The counts of a stored row; `cost_usd` NULL means unpriced.
+fn counts(row: &sqlx::postgres::PgRow, cache_hits: bool) -> Result<Counts, sqlx::Error> {
+    let n = |c: &str| row.try_get::<i64, _>(c).map(|v| v.max(0) as u64);
+    let mut counts = Counts {
+        requests: n("requests")?,
+        errors: n("errors")?,
+        input_tokens: n("input_tokens")?,
+        output_tokens: n("output_tokens")?,
+        cache_hits: if cache_hits { n("cache_hits")? } else { 0 },
+        cache_prefix_tokens: n("cache_prefix_tokens")?,
+        ..Counts::default()
+    };
+    counts.price(row.try_get::<Option<f64>, _>("cost_usd")?);
+    Ok(counts)
+}
+
+/// Runs one of the reads: `sql` filtered by [`WHERE`].
+async fn fetch(
+    catalog: &Catalog,
+    sql: &str,
+    dates: &[chrono::NaiveDate],
+    filter: &Filter,
+    operation: &'static str,
+) -> Result<Vec<sqlx::postgres::PgRow>, ReportError> {
+    sqlx::query(sql).bind(dates).bind(&filter.business_line).bind(&filter.model).fetch_all(catalog.pool()).await.map_err(pg(operation))
+}
+
+/// The columns a daily row and an error row share: day, business line, model, version, input bucket.
+fn common(row: &sqlx::postgres::PgRow) -> Result<(Day, String, String, String, String), sqlx::Error> {
+    Ok((
+        day_of(row.try_get("day")?),
+        row.try_get("business_line")?,
+        row.try_get("model_name")?,
+        row.try_get("model_version")?,
+        row.try_get("input_bucket")?,
+    ))
+}
+
+const LATENCY_COLUMNS: [&str; 6] = ["total_latency_hist", "ttft_hist", "tpot_hist", "queue_wait_hist", "prefill_hist", "decode_hist"];
+
+/// The hourly histograms a report shows (TTFT and TPOT per hour); the
+/// others stay in Postgres (they are most of the hourly rows' bytes).
+const HOURLY_HISTOGRAMS: [(usize, &str); 2] = [(TTFT, "ttft_hist"), (TPOT, "tpot_hist")];
+
+/// Reads `days` from the aggregates tier; the hourly rows only when `hours`.
+pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool) -> Result<Facts, ReportError> {
+    let mut facts = Facts { tiers: days.iter().map(|&d| (d, Tier::Aggregates)).collect(), ..Facts::default() };
+    if days.is_empty() {
+        return Ok(facts);
+    }
+    let dates: Vec<chrono::NaiveDate> = days.iter().map(|&d| date_of(d)).collect();
+    let hists = LATENCY_COLUMNS.join(", ");
+
+    let sql = format!(
+        "SELECT day, business_line, model_name, model_version, input_bucket, output_bucket, requests, errors, input_tokens, \
+         output_tokens, cache_hits, cache_prefix_tokens, cost_usd, {hists}, cache_prefix_hist FROM daily_aggregates {WHERE}"
+    );
+    let rows = fetch(catalog, &sql, &dates, filter, "read daily aggregates").await?;
+    for row in rows {
+        let read = || -> Result<(GroupKey, Counts), sqlx::Error> {
+            let (day, business_line, model_name, model_version, input_bucket) = common(&row)?;
+            let key = GroupKey { day, business_line, model_name, model_version, input_bucket, output_bucket: row.try_get("output_bucket")? };
+            Ok((key, counts(&row, true)?))
+        };
+        let (key, counts) = read().map_err(pg("read daily aggregates"))?;
+        let mut group = GroupFacts { counts, ..GroupFacts::default() };
+        for (i, column) in LATENCY_COLUMNS.iter().chain(["cache_prefix_hist"].iter()).enumerate() {
+            group.hists[i] = histogram(row.try_get(*column).map_err(pg("read daily aggregates"))?, column)?;
+        }
+        facts.groups.insert(key, group);
+    }
+
+    let sql = format!(
+        "SELECT (extract(epoch FROM hour) / 3600)::bigint AS hour_number, business_line, model_name, model_version, requests, errors, \
+         input_tokens, output_tokens, cache_prefix_tokens, cost_usd, (extract(epoch FROM peak_minute) / 60)::bigint AS peak_minute_number, \
+         peak_minute_requests, peak_minute_tokens, {} FROM hourly_aggregates {WHERE}",
+        HOURLY_HISTOGRAMS.map(|(_, c)| c).join(", ")
+    );
+    let rows = if hours { fetch(catalog, &sql, &dates, filter, "read hourly aggregates").await? } else { Vec::new() };
+    for row in rows {
+        let read = || -> Result<(HourKey, HourFacts), sqlx::Error> {
+            let key = HourKey {
+                hour: row.try_get("hour_number")?,
+                business_line: row.try_get("business_line")?,
+                model_name: row.try_get("model_name")?,
+                model_version: row.try_get("model_version")?,
+            };
+            let hour = HourFacts {
+                counts: counts(&row, false)?,
+                peak_minute: row.try_get("peak_minute_number")?,
+                peak_minute_requests: row.try_get::<i64, _>("peak_minute_requests")?.max(0) as u64,
+                peak_minute_tokens: row.try_get::<i64, _>("peak_minute_tokens")?.max(0) as u64,
+                hists: Default::default(),
+            };
+            Ok((key, hour))
+        };
+        let (key, mut hour) = read().map_err(pg("read hourly aggregates"))?;
+        for (i, column) in HOURLY_HISTOGRAMS {
+            hour.hists[i] = histogram(row.try_get(column).map_err(pg("read hourly aggregates"))?, column)?;
+        }
+        facts.hours.insert(key, hour);
+    }
+
+    let sql = format!(
+        "SELECT day, business_line, model_name, model_version, input_bucket, error_code, error_name, error_stage, errors FROM daily_errors {WHERE}"
+    );
+    let rows = fetch(catalog, &sql, &dates, filter, "read error counts").await?;
+    for row in rows {
+        let read = || -> Result<(ErrorKey, ErrorFacts), sqlx::Error> {
+            let (day, business_line, model_name, model_version, input_bucket) = common(&row)?;
+            let key = ErrorKey {
+                day,
+                business_line,
+                model_name,
+                model_version,
+                input_bucket,
+                error_code: row.try_get("error_code")?,
+                error_stage: row.try_get("error_stage")?,
+            };
+            Ok((key, ErrorFacts { name: row.try_get("error_name")?, errors: row.try_get::<i64, _>("errors")?.max(0) as u64 }))
+        };
+        let (key, error) = read().map_err(pg("read error counts"))?;
+        facts.errors.insert(key, error);
+    }
+    Ok(facts)
+}
+
+/// The days of `from..=to` the aggregates tier holds.
+pub async fn days(catalog: &Catalog, from: Day, to: Day) -> Result<Vec<Day>, ReportError> {
+    let rows = sqlx::query("SELECT DISTINCT day FROM daily_aggregates WHERE day BETWEEN $1 AND $2 ORDER BY day")
+        .bind(date_of(from))
+        .bind(date_of(to))
+        .fetch_all(catalog.pool())
+        .await
+        .map_err(pg("list aggregated days"))?;
+    rows.iter().map(|r| r.try_get("day").map(day_of)).collect::<Result<_, _>>().map_err(pg("list aggregated days"))
+}

@@ -1,0 +1,93 @@
+//! Where each day's answer comes from. In: the range, the filter and both
+//! stores. Out: [`Facts`] for every day, each day read from one tier:
+//!
+//! - the hot tier (ClickHouse, every row) while it holds the day and the
+//!   compactor has not released it;
+//! - else the aggregates tier (Postgres), when the compactor aggregated it;
+//! - else no tier: the day is reported as missing, never as zero traffic
+//!   silently.
+//!
+//! A released day that received late rows is answered by its aggregates
+//! (which hold the whole day); the late rows wait for the compactor.
+
+pub mod aggregates;
+pub mod hot;
+
+use std::collections::BTreeSet;
+
+use inferlog_schema::config::ErrorDictionary;
+use inferlog_store::catalog::{Catalog, DayState};
+use inferlog_store::cost::PriceTable;
+use inferlog_store::hot::HotTier;
+use inferlog_store::Day;
+
+use crate::error::ReportError;
+use crate::facts::{Facts, Tier};
+use crate::range::Range;
+
+/// `--business-line` and `--model`: rows of other lines or models are not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Filter {
+    pub business_line: Option<String>,
+    pub model: Option<String>,
+}
+
+/// The tier of each day of `range`, given what each tier holds.
+pub fn route(range: Range, hot_days: &BTreeSet<Day>, released: &BTreeSet<Day>, aggregated: &BTreeSet<Day>) -> Vec<(Day, Tier)> {
+    range
+        .iter()
+        .map(|day| {
+            let tier = if hot_days.contains(&day) && !(released.contains(&day) && aggregated.contains(&day)) {
+                Tier::Hot
+            } else if aggregated.contains(&day) {
+                Tier::Aggregates
+            } else {
+                Tier::None
+            };
+            (day, tier)
+        })
+        .collect()
+}
+
+/// The stores a report reads.
+#[derive(Debug)]
+pub struct Stores {
+    pub hot: HotTier,
+    pub catalog: Catalog,
+    pub prices: PriceTable,
+    pub dictionary: ErrorDictionary,
+}
+
+/// Reads every day of `range`, each from the tier that holds it; the
+/// hourly facts of aggregate days only when `hours` (the views that show hours).
+pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -> Result<Facts, ReportError> {
+    let hot_days: BTreeSet<Day> = stores.hot.partitions().await?.into_iter().map(|p| p.day).filter(|d| range.contains(*d)).collect();
+    let released: BTreeSet<Day> =
+        stores.catalog.days().await?.into_iter().filter(|r| r.state == DayState::Released && range.contains(r.day)).map(|r| r.day).collect();
+    let aggregated: BTreeSet<Day> = aggregates::days(&stores.catalog, range.from, range.to).await?.into_iter().collect();
+    let routes = route(range, &hot_days, &released, &aggregated);
+    let pick = |tier: Tier| routes.iter().filter(|(_, t)| *t == tier).map(|(d, _)| *d).collect::<Vec<Day>>();
+    let (hot_days, aggregate_days) = (pick(Tier::Hot), pick(Tier::Aggregates));
+    let (from_hot, from_aggregates) = tokio::try_join!(
+        hot::load(&stores.hot, &hot_days, filter, &stores.prices, &stores.dictionary),
+        aggregates::load(&stores.catalog, &aggregate_days, filter, hours),
+    )?;
+    let mut facts = Facts { tiers: routes.iter().filter(|(_, t)| *t == Tier::None).copied().collect(), ..Facts::default() };
+    facts.absorb(from_hot);
+    facts.absorb(from_aggregates);
+    Ok(facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_day_goes_to_the_tier_that_holds_all_of_it() {
+        let set = |days: &[Day]| days.iter().copied().collect::<BTreeSet<Day>>();
+        // 1: aggregates only; 2: hot and aggregated (not released); 3: released with late hot rows;
+        // 4: hot only (today); 5: nothing; 6: released, no aggregates (deleted by retention) but late rows.
+        let routes = route(Range { from: 1, to: 6 }, &set(&[2, 3, 4, 6]), &set(&[1, 3, 6]), &set(&[1, 2, 3]));
+        assert_eq!(routes, vec![(1, Tier::Aggregates), (2, Tier::Hot), (3, Tier::Aggregates), (4, Tier::Hot), (5, Tier::None), (6, Tier::Hot)]);
+    }
+}

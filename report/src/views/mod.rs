@@ -1,0 +1,160 @@
+//! The views. In: [`Facts`] of the range (and of the range before it) and
+//! the [`Context`] of the question. Out: a [`Document`] of tables, one file
+//! per view:
+//!
+//! - [`overview`]: the range against the one before, largest changes first;
+//! - [`latency`]: percentiles by business line × input × output bucket, and the stage that dominates;
+//! - [`cost`]: tokens and cost by line, model and version, top users, budgets;
+//! - [`cache`]: cache hits and cached-prefix lengths by model version;
+//! - [`errors`]: error shares by code × stage × line × input bucket, and how they moved;
+//! - [`capacity`]: load by hour of day and weekday, busiest minutes, daily token trend;
+//! - [`page`]: what the HTML page shows (overview, performance, cost, cache, errors, hourly series).
+
+pub mod cache;
+pub mod capacity;
+pub mod cost;
+pub mod errors;
+pub mod latency;
+pub mod overview;
+pub mod page;
+
+use inferlog_schema::{InputBucket, OutputBucket};
+use inferlog_store::budget::BudgetStatus;
+
+use crate::document::{DayTier, Document, Table};
+use crate::facts::{Facts, GroupFacts, GroupKey, Summary};
+use crate::range::Range;
+use crate::source::Filter;
+
+/// The question besides the facts.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub range: Range,
+    pub filter: Filter,
+    /// Now, epoch ms (for the minutes a range still running has had).
+    pub now_ms: i64,
+    /// Each business line's budget as of the end of the range (the cost view shows them).
+    pub budgets: Vec<BudgetStatus>,
+    /// Hashed users listed by the cost view.
+    pub top_users: usize,
+}
+
+/// The views a user can ask for (the command's subcommands; the doc
+/// comments are their `--help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
+pub enum View {
+    /// Requests, success rate, errors by code, TTFT/TPOT percentiles, tokens per minute and cost against the previous range.
+    Overview,
+    /// Latency percentiles by business line × input × output bucket and the stage that dominates.
+    Latency,
+    /// Tokens and cost by business line, model and version; top hashed users; budgets (exit 1 at 90%).
+    Cost,
+    /// Cache-hit ratio and cached-prefix length by model version.
+    Cache,
+    /// Errors by code × stage × business line × input bucket, and how each share moved.
+    Errors,
+    /// Requests and tokens per hour of day and weekday, busiest minutes, daily token trend.
+    Capacity,
+    /// Everything the HTML page shows.
+    Page,
+}
+
+impl View {
+    /// Whether the view compares with the previous range (its facts are loaded too).
+    pub fn compares(self) -> bool {
+        matches!(self, View::Overview | View::Errors | View::Page)
+    }
+
+    /// Whether the view shows hourly facts (the busiest minutes, the hourly series).
+    pub fn shows_hours(self) -> bool {
+        matches!(self, View::Capacity | View::Page)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            View::Overview => "overview",
+            View::Latency => "latency",
+            View::Cost => "cost",
+            View::Cache => "cache",
+            View::Errors => "errors",
+            View::Capacity => "capacity",
+            View::Page => "page",
+        }
+    }
+}
+
+/// Builds `view` from `facts` (which cover the previous range too when the view compares).
+pub fn build(view: View, facts: &Facts, ctx: &Context) -> Document {
+    let mut notes = Vec::new();
+    let mut alerts = Vec::new();
+    let tables: Vec<Table> = match view {
+        View::Overview => overview::tables(facts, ctx),
+        View::Latency => latency::tables(facts, ctx),
+        View::Cost => cost::tables(facts, ctx, &mut notes, &mut alerts),
+        View::Cache => cache::tables(facts, ctx),
+        View::Errors => errors::tables(facts, ctx),
+        View::Capacity => capacity::tables(facts, ctx),
+        View::Page => page::tables(facts, ctx, &mut notes, &mut alerts),
+    };
+    let shown = if view.compares() { ctx.range.with_previous() } else { ctx.range };
+    let missing: Vec<String> = shown.iter().filter(|d| facts.tier(*d) == crate::facts::Tier::None).map(inferlog_store::day_string).collect();
+    if !missing.is_empty() {
+        notes.push(format!("no tier holds {} (no traffic, deleted by retention, or not aggregated yet)", missing.join(", ")));
+    }
+    Document {
+        view: view.name(),
+        range: ctx.range.text(),
+        previous: view.compares().then(|| ctx.range.previous().text()),
+        filter: ctx.filter.clone(),
+        tiers: shown.iter().map(|d| DayTier { day: inferlog_store::day_string(d), tier: facts.tier(d) }).collect(),
+        tables,
+        notes,
+        alerts,
+    }
+}
+
+/// The groups of `range` that `keep` accepts.
+pub fn groups<'a>(
+    facts: &'a Facts,
+    range: Range,
+    keep: impl Fn(&GroupKey) -> bool + 'a,
+) -> impl Iterator<Item = (&'a GroupKey, &'a GroupFacts)> + 'a {
+    facts.groups.iter().filter(move |(k, _)| range.contains(k.day) && keep(k))
+}
+
+/// The summary of every group of `range`.
+pub fn summary(facts: &Facts, range: Range) -> Summary {
+    Summary::of(groups(facts, range, |_| true).map(|(_, g)| g))
+}
+
+/// The natural order of a length bucket (`0-1k` before `1k-2k` … `32k+`; `*` last).
+pub fn bucket_rank(bucket: &str) -> usize {
+    InputBucket::ALL
+        .iter()
+        .position(|b| b.as_str() == bucket)
+        .or_else(|| OutputBucket::ALL.iter().position(|b| b.as_str() == bucket))
+        .unwrap_or(usize::MAX)
+}
+
+/// The UTC `YYYY-MM-DD HH:MM` of minutes since the epoch.
+pub fn minute_string(minute: i64) -> String {
+    let day = minute.div_euclid(1440) as inferlog_store::Day;
+    let m = minute.rem_euclid(1440);
+    format!("{} {:02}:{:02}", inferlog_store::day_string(day), m / 60, m % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_sort_in_their_natural_order() {
+        let mut buckets = vec!["32k+", "1k-2k", "0-1k", "8k-32k", "*", "2k-4k", "4k-8k"];
+        buckets.sort_by_key(|b| bucket_rank(b));
+        assert_eq!(buckets, ["0-1k", "1k-2k", "2k-4k", "4k-8k", "8k-32k", "32k+", "*"]);
+        let mut out = vec!["8k+", "512-2k", "0-128", "2k-8k", "128-512"];
+        out.sort_by_key(|b| bucket_rank(b));
+        assert_eq!(out, ["0-128", "128-512", "512-2k", "2k-8k", "8k+"]);
+        assert_eq!(minute_string(20_000 * 1440 + 13 * 60 + 7), "2024-10-04 13:07");
+    }
+}
