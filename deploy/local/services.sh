@@ -2,7 +2,8 @@
 # The local service stack, on loopback only: ClickHouse (Debian's
 # clickhouse-server), Apache Kafka 4 (KRaft, one combined broker+controller,
 # from Maven Central), Postgres (Debian's; started if it is not running) and
-# SeaweedFS's S3 gateway (built from the Go module proxy). Installs what is
+# SeaweedFS's S3 gateway (built from the Go module proxy); Chromium for the
+# report page's browser test. Installs what is
 # missing; idempotent; data and logs live under one directory
 # ($INFERLOG_LOCAL_DIR, default .inferlog/local), the Kafka jars and the
 # SeaweedFS binary in a machine-wide cache ($INFERLOG_TOOLS_DIR, default
@@ -61,9 +62,11 @@ weed=$tools/seaweedfs-$SEAWEEDFS_VERSION/weed
 install() {
   apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven \
     cmake libcurl4-openssl-dev libssl-dev libsasl2-dev libzstd-dev pkg-config curl
+  # The report page's browser test (headless Chromium over the DevTools protocol) and its font.
+  apt_install chromium fonts-dejavu-core
   command -v go >/dev/null 2>&1 || apt_install golang-go
-  python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3)"; python3 -m pip install -q confluent-kafka pyarrow boto3 >/dev/null; }
-import confluent_kafka, pyarrow, boto3  # noqa: F401
+  python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3, websocket-client, pillow)"; python3 -m pip install -q confluent-kafka pyarrow boto3 websocket-client pillow >/dev/null; }
+import confluent_kafka, pyarrow, boto3, websocket, PIL  # noqa: F401
 PY
   if [ ! -s "$kafka_lib/.complete" ]; then
     log "fetching Apache Kafka $KAFKA_VERSION and its runtime dependencies from Maven Central"

@@ -1,0 +1,411 @@
+//! `inferlog-report` against the real ClickHouse, Postgres and S3 server:
+//! a range spanning released days (answered by the Postgres aggregates) and
+//! hot days (answered by ClickHouse), every figure computed here again from
+//! the generated events; the same question answered by both tiers; and the
+//! HTML page in a real headless Chromium (`tests/scripts/browser_check.py`).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use inferlog_schema::timestamp::MS_PER_DAY;
+use inferlog_schema::{ErrorStage, InferenceEvent};
+use inferlog_tests::tiers::{day_string, today, TierScenario};
+use inferlog_tests::{clickhouse, repo_root};
+use serde_json::Value;
+
+/// One price for every model (USD per million uncached input, cached input, output tokens).
+const PRICES: &str = "[[cost.prices]]\nmodel = \"*\"\neffective_from = \"2020-01-01\"\n\
+    input_usd_per_mtok = 0.5\ncached_input_usd_per_mtok = 0.1\noutput_usd_per_mtok = 1.5\n\n\
+    [retention]\nhot_days = 2\n\n[schema]\nmax_event_age = \"2d\"\n";
+
+fn cost_of(e: &InferenceEvent) -> f64 {
+    let cached = f64::from(e.cache_prefix_tokens.unwrap_or(0).min(e.input_tokens));
+    ((f64::from(e.input_tokens) - cached) * 0.5 + cached * 0.1 + f64::from(e.output_tokens) * 1.5) / 1e6
+}
+
+fn day_of(e: &InferenceEvent) -> i32 {
+    e.timestamp_ms.div_euclid(MS_PER_DAY) as i32
+}
+
+fn input_bucket(e: &InferenceEvent) -> &'static str {
+    e.input_bucket().as_str()
+}
+
+/// The nearest-rank quantile (0-based position floor(q·n)) of `values`.
+fn exact(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((q * values.len() as f64) as usize).min(values.len() - 1)]
+}
+
+/// Within the histograms' 1% (plus the half unit a rounded figure may lose).
+fn within_1pct(got: f64, want: f64, what: &str) {
+    assert!((got - want).abs() <= 0.01 * want.abs() + 0.5e-9, "{what}: report {got}, exact {want}");
+}
+
+fn close(got: f64, want: f64, what: &str) {
+    assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "{what}: report {got}, expected {want}");
+}
+
+/// Runs the report; (exit code, stdout).
+fn report(s: &TierScenario, args: &[&str], log: &str) -> (i32, String) {
+    s.run("inferlog-report", args, log)
+}
+
+fn report_json(s: &TierScenario, args: &[&str], log: &str) -> Value {
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    let (code, out) = report(s, &all, log);
+    assert!(code == 0 || code == 1, "exit {code}: {}", s.log(log));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn rows<'a>(doc: &'a Value, table: &str) -> &'a Vec<Value> {
+    doc["tables"][table]["rows"].as_array().unwrap_or_else(|| panic!("no table {table}: {doc}"))
+}
+
+fn metric(doc: &Value, key: &str) -> Value {
+    rows(doc, "overview").iter().find(|r| r["metric"] == key).unwrap_or_else(|| panic!("no metric {key}"))["current"].clone()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn tiers(doc: &Value) -> Vec<(String, String)> {
+    doc["tiers"]
+        .as_array()
+        .expect("tiers")
+        .iter()
+        .map(|t| (t["day"].as_str().unwrap_or("").to_owned(), t["tier"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+/// Six days of traffic ending yesterday, compacted with a 2-day hot policy:
+/// the four older days are released (aggregates only), the last two stay hot.
+/// On the last day, 20% of one line's 1k-2k requests fail with
+/// context_length_exceeded, so the errors view has a jump to find.
+fn scenario(name: &str, count: usize, seed: u64) -> (TierScenario, Vec<InferenceEvent>, i32) {
+    let t = today();
+    let s = TierScenario::new(name, PRICES);
+    let mut events = TierScenario::events(count, 6, t - 1, seed);
+    let mut flipped = 0;
+    for e in events.iter_mut().filter(|e| day_of(e) == t - 1 && e.business_line == "chat-assistant" && input_bucket(e) == "1k-2k") {
+        flipped += 1;
+        if flipped % 5 == 0 {
+            e.error_code = 1002;
+            e.error_stage = Some(ErrorStage::Prefill);
+        }
+    }
+    s.insert(&events);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+    let hot: Vec<String> = s.hot_days().into_iter().map(|(d, _)| d).collect();
+    assert_eq!(hot, vec![day_string(t - 2), day_string(t - 1)], "the older days were released");
+    (s, events, t)
+}
+
+#[test]
+fn views_over_both_tiers_equal_independent_figures() {
+    let (s, events, t) = scenario("report_views", 24_000, 61);
+    let (from, to) = (day_string(t - 6), day_string(t - 1));
+    let range = ["--from", from.as_str(), "--to", to.as_str()];
+    let in_range: Vec<&InferenceEvent> = events.iter().collect();
+
+    // Overview: which tier answered which day, and the headline figures.
+    let doc = report_json(&s, &[&range[..], &["overview"]].concat(), "overview.log");
+    let mut expected_tiers: Vec<(String, String)> = (t - 12..=t - 7).map(|d| (day_string(d), "none".to_owned())).collect();
+    expected_tiers.extend((t - 6..=t - 3).map(|d| (day_string(d), "aggregates".to_owned())));
+    expected_tiers.extend((t - 2..=t - 1).map(|d| (day_string(d), "hot".to_owned())));
+    assert_eq!(tiers(&doc), expected_tiers, "released days from Postgres, hot days from ClickHouse, the previous week from nowhere");
+    let requests = in_range.len() as f64;
+    let errors = in_range.iter().filter(|e| e.error_code != 0).count() as f64;
+    assert_eq!(f(&metric(&doc, "requests")), requests);
+    close(f(&metric(&doc, "success_rate")), 1.0 - errors / requests, "success rate");
+    close(f(&metric(&doc, "cost_usd")), in_range.iter().map(|e| cost_of(e)).sum(), "cost");
+    let tokens: u64 = in_range.iter().map(|e| u64::from(e.input_tokens + e.output_tokens)).sum();
+    close(f(&metric(&doc, "tokens_per_minute")), tokens as f64 / (6.0 * 1440.0), "tokens per minute");
+    let length = in_range.iter().filter(|e| e.error_code == 1002).count() as f64;
+    close(f(&metric(&doc, "error_share.context_length_exceeded")), length / requests, "length-exceeded share");
+    for (key, q, pick) in [
+        ("p99_ttft_ms", 0.99, (|e: &InferenceEvent| e.ttft_ms) as fn(&InferenceEvent) -> Option<f64>),
+        ("p50_ttft_ms", 0.5, |e: &InferenceEvent| e.ttft_ms),
+        ("p95_tpot_ms", 0.95, |e: &InferenceEvent| e.tpot_ms),
+        ("p99_total_ms", 0.99, |e: &InferenceEvent| Some(e.total_latency_ms)),
+    ] {
+        let mut values: Vec<f64> = in_range.iter().filter_map(|e| pick(e)).collect();
+        within_1pct(f(&metric(&doc, key)), exact(&mut values, q), key);
+    }
+    let previous = rows(&doc, "overview").iter().find(|r| r["metric"] == "requests").expect("requests")["previous"].clone();
+    assert_eq!(previous, 0, "the week before holds nothing");
+
+    // Latency: every group in bucket order, its count exact and its p99 within 1%.
+    let doc = report_json(&s, &[&range[..], &["latency"]].concat(), "latency.log");
+    let mut groups: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
+    for e in &in_range {
+        groups
+            .entry((e.business_line.clone(), input_bucket(e).to_owned(), e.output_bucket().as_str().to_owned()))
+            .or_default()
+            .push(e.total_latency_ms);
+    }
+    let latency = rows(&doc, "latency");
+    assert_eq!(latency.len(), groups.len(), "one row per business line x input x output bucket");
+    for row in latency {
+        let key = (
+            row["business_line"].as_str().unwrap_or("").to_owned(),
+            row["input_bucket"].as_str().unwrap_or("").to_owned(),
+            row["output_bucket"].as_str().unwrap_or("").to_owned(),
+        );
+        let values = groups.get_mut(&key).unwrap_or_else(|| panic!("unexpected group {key:?}"));
+        assert_eq!(row["requests"], values.len(), "{key:?}");
+        within_1pct(f(&row["total_p99_ms"]), exact(values, 0.99), &format!("{key:?} total p99"));
+        assert!(["queue", "prefill", "decode"].contains(&row["dominant_stage"].as_str().unwrap_or("")), "{row}");
+    }
+    let order: Vec<&str> = rows(&doc, "latency_by_input_bucket").iter().map(|r| r["input_bucket"].as_str().unwrap_or("")).collect();
+    let mut natural = order.clone();
+    natural.sort_by_key(|b| inferlog_schema::InputBucket::ALL.iter().position(|x| x.as_str() == *b));
+    assert_eq!(order, natural, "buckets in their natural order, never alphabetical");
+    let (code, text) = report(&s, &[&range[..], &["latency"]].concat(), "latency-text.log");
+    assert_eq!(code, 0, "{}", s.log("latency-text.log"));
+    assert!(
+        text.contains(&format!(
+            "answered by hot: {}..{}; aggregates: {}..{}",
+            day_string(t - 2),
+            day_string(t - 1),
+            day_string(t - 6),
+            day_string(t - 3)
+        )),
+        "{text}"
+    );
+
+    // Cost: per business line; top users from the hot days only.
+    let doc = report_json(&s, &[&range[..], &["cost"]].concat(), "cost.log");
+    let mut by_line: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for e in &in_range {
+        let c = by_line.entry(e.business_line.clone()).or_default();
+        c.0 += cost_of(e);
+        c.1 += u64::from(e.output_tokens);
+    }
+    let lines = rows(&doc, "cost_by_business_line");
+    assert_eq!(lines.len(), by_line.len());
+    for row in lines {
+        let (cost, output) = by_line[row["business_line"].as_str().unwrap_or("")];
+        close(f(&row["cost_usd"]), cost, "cost by line");
+        assert_eq!(row["output_tokens"], output);
+    }
+    let costs: Vec<f64> = lines.iter().map(|r| f(&r["cost_usd"])).collect();
+    assert!(costs.windows(2).all(|w| w[0] >= w[1]), "highest cost first: {costs:?}");
+    let mut users: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in in_range.iter().filter(|e| day_of(e) >= t - 2) {
+        if let Some(u) = &e.user_id_hash {
+            *users.entry(u.as_str()).or_default() += u64::from(e.input_tokens + e.output_tokens);
+        }
+    }
+    let top = users.values().max().copied().expect("users");
+    assert_eq!(rows(&doc, "top_users")[0]["tokens"], top, "top user by tokens over the hot days");
+    assert!(doc["notes"].to_string().contains("top users cover the hot days only"), "{}", doc["notes"]);
+
+    // Cache: hits per model version.
+    let doc = report_json(&s, &[&range[..], &["cache"]].concat(), "cache.log");
+    for row in rows(&doc, "cache") {
+        let of_version = |e: &&&InferenceEvent| {
+            e.model_name == row["model_name"].as_str().unwrap_or("") && e.model_version == row["model_version"].as_str().unwrap_or("")
+        };
+        assert_eq!(row["cache_hits"], in_range.iter().filter(of_version).filter(|e| e.cache_hit == Some(true)).count());
+        let mut prefixes: Vec<f64> = in_range.iter().filter(of_version).filter_map(|e| e.cache_prefix_tokens.map(f64::from)).collect();
+        if !prefixes.is_empty() {
+            let want = exact(&mut prefixes, 0.5);
+            assert!((f(&row["prefix_p50_tokens"]) - want).abs() <= 0.01 * want + 0.5, "{row}: exact p50 {want}");
+        }
+    }
+
+    // Errors: the last day against the one before; the injected jump comes first.
+    let last = day_string(t - 1);
+    let doc = report_json(&s, &["--from", &last, "--to", &last, "errors"], "errors.log");
+    let first = &rows(&doc, "errors")[0];
+    assert_eq!(
+        (first["code"].as_str(), first["business_line"].as_str(), first["input_bucket"].as_str()),
+        (Some("1002"), Some("chat-assistant"), Some("1k-2k")),
+        "{first}"
+    );
+    assert_eq!(first["rising"], "RISING");
+    let line_bucket = |d: i32| events.iter().filter(move |e| day_of(e) == d && e.business_line == "chat-assistant" && input_bucket(e) == "1k-2k");
+    let share = |d: i32| {
+        line_bucket(d).filter(|e| e.error_code == 1002 && e.error_stage == Some(ErrorStage::Prefill)).count() as f64 / line_bucket(d).count() as f64
+    };
+    close(f(&first["share"]), share(t - 1), "share on the last day");
+    close(f(&first["previous_share"]), share(t - 2), "share the day before");
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for e in events.iter().filter(|e| day_of(e) == t - 1 && e.error_code != 0) {
+        let stage = e.error_stage.map_or("-", |s| s.as_str());
+        *counts.entry(format!("{}|{stage}|{}|{}", e.error_code, e.business_line, input_bucket(e))).or_default() += 1;
+    }
+    let reported: BTreeMap<String, u64> = rows(&doc, "errors")
+        .iter()
+        .filter(|r| r["errors"] != 0)
+        .map(|r| {
+            let k = format!(
+                "{}|{}|{}|{}",
+                r["code"].as_str().unwrap_or(""),
+                r["stage"].as_str().unwrap_or(""),
+                r["business_line"].as_str().unwrap_or(""),
+                r["input_bucket"].as_str().unwrap_or("")
+            );
+            (k, r["errors"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    assert_eq!(reported, counts, "errors by code x stage x line x input bucket");
+
+    // Capacity: requests per hour of day, tokens per day, the busiest minute.
+    let doc = report_json(&s, &[&range[..], &["capacity"]].concat(), "capacity.log");
+    let mut by_hour = [0u64; 24];
+    let mut minutes: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    for e in &in_range {
+        by_hour[(e.timestamp_ms.div_euclid(3_600_000) % 24) as usize] += 1;
+        *minutes.entry((format!("{}|{}|{}", e.business_line, e.model_name, e.model_version), e.timestamp_ms.div_euclid(60_000))).or_default() += 1;
+    }
+    let reported: Vec<u64> = rows(&doc, "by_hour_of_day").iter().map(|r| r["requests"].as_u64().unwrap_or(0)).collect();
+    assert_eq!(reported, by_hour.to_vec());
+    assert_eq!(rows(&doc, "busiest_minutes")[0]["requests"], minutes.values().max().copied().unwrap_or(0));
+    for row in rows(&doc, "daily_tokens") {
+        let day = inferlog_store::parse_day(row["day"].as_str().unwrap_or("")).expect("day");
+        let want: u64 = in_range.iter().filter(|e| day_of(e) == day).map(|e| u64::from(e.input_tokens + e.output_tokens)).sum();
+        assert_eq!(row["tokens"], want, "{row}");
+    }
+
+    // CSV: each table under its name, raw values.
+    let (code, csv) = report(&s, &["--format", "csv", "--from", &from, "--to", &to, "cost"], "csv.log");
+    assert_eq!(code, 0, "{}", s.log("csv.log"));
+    assert!(csv.starts_with("# cost_by_business_line: "), "{csv}");
+    assert!(csv.contains("\nbusiness_line,requests,input_tokens,cached_input_tokens,output_tokens,cost_usd,cost_share,unpriced_requests\n"), "{csv}");
+
+    // Thresholds: crossed (exit 1, named), not crossed (exit 0), unknown metric (exit 2).
+    let p99 = f(&metric(&report_json(&s, &[&range[..], &["overview"]].concat(), "o2.log"), "p99_ttft_ms"));
+    let crossed = format!("p99_ttft_ms>{}", (p99 / 2.0).floor());
+    let (code, out) = report(&s, &["--from", &from, "--to", &to, "--fail-if", &crossed, "overview"], "fail.log");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("ALERT: threshold {crossed}: p99_ttft_ms is")), "{out}");
+    let (code, _) = report(&s, &["--from", &from, "--to", &to, "--fail-if", &format!("p99_ttft_ms>{}", p99 * 2.0), "overview"], "pass.log");
+    assert_eq!(code, 0, "{}", s.log("pass.log"));
+    let (code, _) = report(&s, &["--from", &from, "--to", &to, "--fail-if", "p99_ttfb_ms>1", "overview"], "bad.log");
+    assert_eq!(code, 2);
+    assert!(s.log("bad.log").contains("unknown metric \"p99_ttfb_ms\""), "{}", s.log("bad.log"));
+    let (code, _) = report(&s, &["--from", &to, "--to", &from, "overview"], "reversed.log");
+    assert_eq!(code, 2, "a reversed range is a usage error");
+}
+
+/// Every number of `a` equals `b`'s (floats to 1e-9), except the tables named.
+fn assert_same_tables(a: &Value, b: &Value, except: &[&str]) {
+    let (ta, tb) = (a["tables"].as_object().expect("tables"), b["tables"].as_object().expect("tables"));
+    assert_eq!(ta.keys().collect::<Vec<_>>(), tb.keys().collect::<Vec<_>>());
+    for (name, table) in ta.iter().filter(|(n, _)| !except.contains(&n.as_str())) {
+        let (ra, rb) = (table["rows"].as_array().expect("rows"), tb[name]["rows"].as_array().expect("rows"));
+        assert_eq!(ra.len(), rb.len(), "{name}: rows");
+        for (x, y) in ra.iter().zip(rb) {
+            for (k, v) in x.as_object().expect("row") {
+                match (v.as_f64(), y[k].as_f64()) {
+                    (Some(p), Some(q)) => close(p, q, &format!("{name}.{k} in {x} vs {y}")),
+                    _ => assert_eq!(v, &y[k], "{name}.{k}: {x} vs {y}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_same_question_gets_the_same_answer_from_either_tier() {
+    let (s, _, t) = scenario("report_tiers", 12_000, 62);
+    let (from, to) = (day_string(t - 2), day_string(t - 1));
+    let args = ["--from", from.as_str(), "--to", to.as_str(), "page"];
+    let hot = report_json(&s, &args, "hot.log");
+    assert!(tiers(&hot).iter().filter(|(d, _)| *d >= from).all(|(_, tier)| tier == "hot"), "{:?}", tiers(&hot));
+    // The compactor aggregated both hot days already; take their hot rows away.
+    for d in [&from, &to] {
+        clickhouse(&format!("ALTER TABLE {} DROP PARTITION '{d}'", s.qualified_table()));
+    }
+    let aggregates = report_json(&s, &args, "aggregates.log");
+    assert!(tiers(&aggregates).iter().filter(|(d, _)| *d >= from).all(|(_, tier)| tier == "aggregates"), "{:?}", tiers(&aggregates));
+    assert_same_tables(&hot, &aggregates, &[]);
+    for view in ["latency", "cache", "capacity"] {
+        let a = report_json(&s, &["--from", &from, "--to", &to, view], &format!("{view}-agg.log"));
+        assert!(!rows(&a, a["tables"].as_object().expect("tables").keys().next().expect("a table")).is_empty(), "{view}: {a}");
+    }
+}
+
+#[test]
+fn the_page_loads_in_chromium_without_network_and_shows_the_data() {
+    let (s, events, t) = scenario("report_page", 8_000, 63);
+    let (from, to) = (day_string(t - 6), day_string(t - 1));
+    let html = s.dir.path().join("page.html");
+    let html_arg = html.to_str().expect("utf-8").to_owned();
+    let doc = report_json(&s, &["--from", &from, "--to", &to, "--html", &html_arg, "page"], "page.log");
+    let shot = s.dir.path().join("page.png");
+    let out = Command::new("python3").arg(repo_root().join("tests/scripts/browser_check.py")).args([&html, &shot]).output().expect("python3");
+    assert!(out.status.success(), "browser_check.py: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("browser report");
+
+    for key in ["console_errors", "exceptions", "log_errors"] {
+        assert_eq!(seen[key], serde_json::json!([]), "{key}");
+    }
+    let page_url = format!("file://{}", html.display());
+    let requests: Vec<&str> = seen["requests"].as_array().expect("requests").iter().filter_map(Value::as_str).collect();
+    assert!(requests.iter().all(|u| *u == page_url || u.starts_with("data:")), "no request beyond the file itself: {requests:?}");
+    assert_eq!(seen["scripts"], 0, "no script runs on the page");
+    let shot_stats = &seen["screenshot"];
+    assert!(shot_stats["colours"].as_u64().unwrap_or(0) > 20 && f(&shot_stats["nonwhite_share"]) > 0.02, "a blank screenshot: {shot_stats}");
+    assert!(std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0) > 10_000, "screenshot written");
+
+    let charts = seen["charts"].as_array().expect("charts");
+    let ids: Vec<&str> = charts.iter().filter_map(|c| c["chart"].as_str()).collect();
+    for id in ["requests", "tokens", "ttft", "tpot", "latency_by_input_bucket", "stages", "cost_by_business_line", "cache", "errors"] {
+        assert!(ids.contains(&id), "chart {id} in {ids:?}");
+    }
+    for c in charts {
+        assert!(c["drawn"].as_u64().unwrap_or(0) > 0, "chart without data: {c}");
+        assert_eq!(c["drawn"], c["declared"], "{c}");
+    }
+
+    // Every figure shown is the JSON's, and shows it.
+    let figures = seen["figures"].as_array().expect("figures");
+    assert!(figures.len() > 100, "{} figures", figures.len());
+    for fig in figures {
+        let path = fig["figure"].as_str().unwrap_or("");
+        let parts: Vec<&str> = path.splitn(3, '.').collect();
+        let cell = &doc["tables"][parts[0]]["rows"][parts[1].parse::<usize>().expect("row")][parts[2]];
+        let value = fig["value"].as_str().unwrap_or("");
+        assert_eq!(if cell.is_null() { "null".to_owned() } else { cell.to_string() }, value, "{path}");
+        let text = fig["text"].as_str().unwrap_or("");
+        if let Some(v) = cell.as_f64() {
+            let digits: String = text.chars().filter(|c| c.is_ascii_digit() || *c == '.' || *c == '-').collect();
+            let shown: f64 = digits.parse().unwrap_or_else(|_| panic!("{path}: {text:?} shows no number"));
+            let scale = if text.ends_with('%') || text.ends_with(" pt") { 100.0 } else { 1.0 };
+            assert!(
+                (shown - v * scale).abs() <= 0.5 * 10f64.powi(-(digits.split('.').nth(1).map_or(0, str::len) as i32)) + 1e-9,
+                "{path}: {text:?} vs {v}"
+            );
+        } else {
+            assert_eq!(text, "-", "{path}");
+        }
+    }
+
+    // The figures on the cards equal those computed from the raw events.
+    let card = |metric: &str| {
+        let r = rows(&doc, "overview").iter().position(|r| r["metric"] == metric).expect("metric");
+        let path = format!("overview.{r}.current");
+        figures.iter().find(|f| f["figure"] == path.as_str()).unwrap_or_else(|| panic!("no card {metric}"))["text"].as_str().unwrap_or("").to_owned()
+    };
+    assert_eq!(card("requests"), events.len().to_string());
+    let ok = events.iter().filter(|e| e.error_code == 0).count() as f64 / events.len() as f64;
+    assert_eq!(card("success_rate"), format!("{:.2}%", ok * 100.0));
+    assert_eq!(card("cost_usd"), format!("${:.4}", events.iter().map(cost_of).sum::<f64>()));
+    let mut ttft: Vec<f64> = events.iter().filter_map(|e| e.ttft_ms).collect();
+    let shown: f64 = card("p99_ttft_ms").parse().expect("ms");
+    within_1pct(shown, exact(&mut ttft, 0.99), "p99 TTFT card (0.05 ms of rounding aside)");
+    let page = std::fs::read_to_string(&html).expect("page");
+    assert!(page.contains(&format!(
+        "answered by hot: {}..{}; aggregates: {}..{}",
+        day_string(t - 2),
+        day_string(t - 1),
+        day_string(t - 6),
+        day_string(t - 3)
+    )));
+}
