@@ -4,8 +4,9 @@
 # runs ingest until the topic is drained, then the compactor (daily and
 # hourly aggregates with their cost into Postgres, Parquet archive on S3),
 # the budget report, retention (days past the 7-day hot policy leave
-# ClickHouse) and its audit, and shows what landed where, reconciled across
-# the tiers.
+# ClickHouse) and its audit, shows what landed where, reconciled across
+# the tiers, then answers the users' questions with inferlog-report (every
+# view, over days of both tiers) and writes the HTML page.
 # Safe to re-run (each run uses its own topic and table). Stop the services
 # with `deploy/local/services.sh down`.
 set -euo pipefail
@@ -109,4 +110,26 @@ rejected=$(curl -sS --data-binary "SELECT count() FROM inferlog.${run}_rejects" 
 echo "  produced $produced = hot $hot + cold $cold + rejected $rejected: $([ $((hot + cold + rejected)) -eq $produced ] && echo holds || echo 'DOES NOT HOLD')" >&2
 step "retention audit: policy, oldest data and violations per tier"
 "$bin/inferlog-retention" --config deploy/local/inferlog.toml audit 2>/dev/null || true
+
+# The questions users bring, answered by inferlog-report: this week against
+# the week before, each day from the tier that holds it (the released days
+# from the Postgres aggregates, the rest from ClickHouse). Exit 1 means a
+# threshold was crossed (a budget at 90%, a --fail-if), not a failure.
+report() { "$bin/inferlog-report" --config deploy/local/inferlog.toml "$@" 2>/dev/null || [ $? -eq 1 ]; }
+week=(--from "$(date -u -d '6 days ago' +%F)" --to "$(date -u +%F)")
+step "inferlog-report overview: this week against the week before, largest changes first"
+report "${week[@]}" overview
+step "inferlog-report latency: why was p99 slow? percentiles by input and output bucket, the dominant stage (search only)"
+report "${week[@]}" --business-line search latency
+step "inferlog-report cost: tokens and cost by business line, model and version; top hashed users (hot days); budgets"
+report "${week[@]}" cost
+step "inferlog-report cache: hit ratio and cached-prefix length by model version"
+report "${week[@]}" cache
+step "inferlog-report errors: which error shares moved, by code, stage, business line and input bucket (top 12)"
+report "${week[@]}" errors | head -n 16
+step "inferlog-report capacity: load by hour of day and weekday, busiest minutes, daily token trend (two weeks)"
+report --from "$(date -u -d '13 days ago' +%F)" --to "$(date -u +%F)" capacity
+step "the HTML page (overview, performance, cost, cache, errors; one self-contained file)"
+report "${week[@]}" --html "$work/report.html" page > "$work/report.json"
+echo "  page: $PWD/$work/report.html (its figures: $PWD/$work/report.json)" >&2
 echo "stop the services with: deploy/local/services.sh down" >&2
