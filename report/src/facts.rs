@@ -188,6 +188,8 @@ pub struct Facts {
     pub errors: BTreeMap<ErrorKey, ErrorFacts>,
     /// Per hashed user, per day (hot days only: the aggregates keep no users).
     pub users: HashMap<(Day, String), UserFacts>,
+    /// What the reader must know about how the facts were read (a tier that did not answer).
+    pub notes: Vec<String>,
 }
 
 impl Facts {
@@ -212,6 +214,7 @@ impl Facts {
             e.name = v.name;
         }
         self.users.extend(other.users);
+        self.notes.extend(other.notes);
     }
 }
 

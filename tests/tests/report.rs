@@ -409,3 +409,23 @@ fn the_page_loads_in_chromium_without_network_and_shows_the_data() {
         day_string(t - 3)
     )));
 }
+
+#[test]
+fn an_unreachable_hot_tier_leaves_the_aggregates_answering() {
+    let (s, events, t) = scenario("report_no_hot", 6_000, 64);
+    // Nothing listens on port 1: ClickHouse "is down" for this report only.
+    s.rewrite_config(&inferlog_tests::clickhouse_url(), "http://127.0.0.1:1");
+    let (from, to) = (day_string(t - 6), day_string(t));
+    let (code, out) = report(&s, &["--format", "json", "--from", &from, "--to", &to, "latency"], "no-hot.log");
+    assert_eq!(code, 0, "{}", s.log("no-hot.log"));
+    let doc: Value = serde_json::from_str(&out).expect("json");
+    let mut expected: Vec<(String, String)> = (t - 6..=t - 1).map(|d| (day_string(d), "aggregates".to_owned())).collect();
+    expected.push((day_string(t), "none".to_owned()));
+    assert_eq!(tiers(&doc), expected, "every aggregated day, hot or not, is answered by Postgres; today by nobody");
+    let requests: u64 = rows(&doc, "latency").iter().map(|r| r["requests"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(requests, events.len() as u64);
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("the hot tier did not answer"), "{notes}");
+    assert!(notes.contains(&format!("no tier holds {}", day_string(t))), "{notes}");
+    assert!(s.log("no-hot.log").contains("the hot tier is unreachable"), "{}", s.log("no-hot.log"));
+}

@@ -8,7 +8,9 @@
 //!   silently.
 //!
 //! A released day that received late rows is answered by its aggregates
-//! (which hold the whole day); the late rows wait for the compactor.
+//! (which hold the whole day); the late rows wait for the compactor. When
+//! ClickHouse does not answer, every day the aggregates hold is read from
+//! them and the output says so; the others are reported missing.
 
 pub mod aggregates;
 pub mod hot;
@@ -61,7 +63,16 @@ pub struct Stores {
 /// Reads every day of `range`, each from the tier that holds it; the
 /// hourly facts of aggregate days only when `hours` (the views that show hours).
 pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -> Result<Facts, ReportError> {
-    let hot_days: BTreeSet<Day> = stores.hot.partitions().await?.into_iter().map(|p| p.day).filter(|d| range.contains(*d)).collect();
+    let mut notes = Vec::new();
+    let hot_days: BTreeSet<Day> = match stores.hot.partitions().await {
+        Ok(partitions) => partitions.into_iter().map(|p| p.day).filter(|d| range.contains(*d)).collect(),
+        // An SRE asks during outages too: the aggregated days still have an answer.
+        Err(e) => {
+            tracing::warn!(error = %e, "the hot tier is unreachable; the aggregates answer the days they hold");
+            notes.push(format!("the hot tier did not answer ({e}): each day was read from the aggregates where they hold it"));
+            BTreeSet::new()
+        }
+    };
     let released: BTreeSet<Day> =
         stores.catalog.days().await?.into_iter().filter(|r| r.state == DayState::Released && range.contains(r.day)).map(|r| r.day).collect();
     let aggregated: BTreeSet<Day> = aggregates::days(&stores.catalog, range.from, range.to).await?.into_iter().collect();
@@ -72,7 +83,7 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -
         hot::load(&stores.hot, &hot_days, filter, &stores.prices, &stores.dictionary),
         aggregates::load(&stores.catalog, &aggregate_days, filter, hours),
     )?;
-    let mut facts = Facts { tiers: routes.iter().filter(|(_, t)| *t == Tier::None).copied().collect(), ..Facts::default() };
+    let mut facts = Facts { tiers: routes.iter().filter(|(_, t)| *t == Tier::None).copied().collect(), notes, ..Facts::default() };
     facts.absorb(from_hot);
     facts.absorb(from_aggregates);
     Ok(facts)

@@ -85,7 +85,7 @@ impl View {
 
 /// Builds `view` from `facts` (which cover the previous range too when the view compares).
 pub fn build(view: View, facts: &Facts, ctx: &Context) -> Document {
-    let mut notes = Vec::new();
+    let mut notes = facts.notes.clone();
     let mut alerts = Vec::new();
     let tables: Vec<Table> = match view {
         View::Overview => overview::tables(facts, ctx),
