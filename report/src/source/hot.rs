@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use clickhouse::Row;
 use inferlog_schema::config::ErrorDictionary;
-use inferlog_schema::histogram::Histogram;
+use inferlog_schema::histogram::{self, Histogram};
 use inferlog_schema::{InputBucket, OutputBucket};
 use inferlog_store::cost::PriceTable;
 use inferlog_store::hot::HotTier;
@@ -19,21 +19,22 @@ use crate::error::ReportError;
 use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Tier, UserFacts, CACHE_PREFIX};
 use crate::source::Filter;
 
-/// One hot row, as much of it as the report needs.
+/// One hot row, as much of it as the report needs (strings borrowed from
+/// the response: no allocation per row).
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
-pub struct HotRow {
+pub struct HotRow<'a> {
     pub timestamp_ms: u64,
-    pub business_line: String,
-    pub model_name: String,
-    pub model_version: String,
+    pub business_line: &'a str,
+    pub model_name: &'a str,
+    pub model_version: &'a str,
     pub input_tokens: u32,
     pub output_tokens: u32,
     pub error_code: i32,
-    pub error_stage: String,
+    pub error_stage: &'a str,
     pub cache_hit: u8,
     pub cache_prefix_tokens: Option<u32>,
     /// The hashed user id, empty when the request carried none.
-    pub user: String,
+    pub user: &'a str,
     /// Total, TTFT, TPOT, queue, prefill, decode (ms), in [`crate::facts::LATENCIES`] order.
     pub latencies: [Option<f64>; 6],
 }
@@ -67,7 +68,7 @@ pub async fn load(hot: &HotTier, days: &[Day], filter: &Filter, prices: &PriceTa
         if let Some(model) = &filter.model {
             query = query.bind(model);
         }
-        let mut cursor = query.fetch::<HotRow>().map_err(hot.error("report rows"))?;
+        let mut cursor = query.fetch::<HotRow<'_>>().map_err(hot.error("report rows"))?;
         while let Some(row) = cursor.next().await.map_err(hot.error("report rows"))? {
             fold.add(&row);
         }
@@ -77,22 +78,54 @@ pub async fn load(hot: &HotTier, days: &[Day], filter: &Filter, prices: &PriceTa
     Ok(facts)
 }
 
-/// Rows folded into groups, hours, minutes, errors and users.
+/// A series: business line, model, version.
+type Series = (String, String, String);
+
+/// Rows folded into groups, hours, minutes, errors and users. Rows arrive
+/// in the table's key order (business line, model, version, time), so a
+/// series is looked up once per run of rows and the keys are small copies.
 #[derive(Debug, Default)]
 pub struct Fold {
-    groups: HashMap<GroupKey, GroupFacts>,
-    hours: HashMap<HourKey, HourFacts>,
-    /// Per hour group and minute since the epoch: requests and tokens.
-    minutes: HashMap<(HourKey, i64), (u64, u64)>,
-    errors: HashMap<ErrorKey, u64>,
-    users: HashMap<(Day, String), UserFacts>,
+    series: Vec<Series>,
+    /// The series of the previous row.
+    last: Option<usize>,
+    stages: Vec<String>,
+    groups: HashMap<(Day, usize, InputBucket, OutputBucket), GroupFacts>,
+    hours: HashMap<(i64, usize), HourFacts>,
+    /// Per minute since the epoch and series: requests and tokens.
+    minutes: HashMap<(i64, usize), (u64, u64)>,
+    /// Per (day, series, input bucket, error code, stage).
+    errors: HashMap<(Day, usize, InputBucket, i32, usize), u64>,
+    users: HashMap<Day, HashMap<String, UserFacts>>,
+}
+
+/// The index of `value` in `list`, added when new.
+fn index_of(list: &mut Vec<String>, value: &str) -> usize {
+    list.iter().position(|v| v == value).unwrap_or_else(|| {
+        list.push(value.to_owned());
+        list.len() - 1
+    })
 }
 
 impl Fold {
-    pub fn add(&mut self, row: &HotRow) {
+    fn series_of(&mut self, row: &HotRow<'_>) -> usize {
+        let same = |s: &Series| s.0 == row.business_line && s.1 == row.model_name && s.2 == row.model_version;
+        if let Some(i) = self.last.filter(|i| same(&self.series[*i])) {
+            return i;
+        }
+        let i = self.series.iter().position(same).unwrap_or_else(|| {
+            self.series.push((row.business_line.to_owned(), row.model_name.to_owned(), row.model_version.to_owned()));
+            self.series.len() - 1
+        });
+        self.last = Some(i);
+        i
+    }
+
+    pub fn add(&mut self, row: &HotRow<'_>) {
         let ms = row.timestamp_ms as i64;
         let day = inferlog_store::day_of_ms(ms);
-        let input_bucket = InputBucket::of(row.input_tokens).as_str();
+        let series = self.series_of(row);
+        let input_bucket = InputBucket::of(row.input_tokens);
         let counts = Counts {
             requests: 1,
             errors: u64::from(row.error_code != 0),
@@ -103,66 +136,62 @@ impl Fold {
             cost_usd: 0.0,
             unpriced_requests: 0,
         };
-        let key = GroupKey {
-            day,
-            business_line: row.business_line.clone(),
-            model_name: row.model_name.clone(),
-            model_version: row.model_version.clone(),
-            input_bucket: input_bucket.to_owned(),
-            output_bucket: OutputBucket::of(row.output_tokens).as_str().to_owned(),
-        };
-        let group = self.groups.entry(key).or_default();
+        let group = self.groups.entry((day, series, input_bucket, OutputBucket::of(row.output_tokens))).or_default();
         group.counts.add(&counts);
-        let hour_key = HourKey {
-            hour: ms.div_euclid(3_600_000),
-            business_line: row.business_line.clone(),
-            model_name: row.model_name.clone(),
-            model_version: row.model_version.clone(),
-        };
-        let hour = self.hours.entry(hour_key.clone()).or_default();
+        let hour = self.hours.entry((ms.div_euclid(3_600_000), series)).or_default();
         hour.counts.add(&Counts { cache_hits: 0, ..counts });
         for (i, value) in row.latencies.iter().enumerate() {
             if let Some(v) = value {
-                group.hists[i].get_or_insert_with(Histogram::new).add(*v);
-                hour.hists[i].get_or_insert_with(Histogram::new).add(*v);
+                // Each value's bucket once, counted in both histograms.
+                let bucket = (*v > 0.0).then(|| histogram::bucket(*v));
+                group.hists[i].get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
+                hour.hists[i].get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
             }
         }
         if let Some(prefix) = row.cache_prefix_tokens {
             group.hists[CACHE_PREFIX].get_or_insert_with(Histogram::new).add(f64::from(prefix));
         }
-        let minute = self.minutes.entry((hour_key, ms.div_euclid(60_000))).or_default();
+        let minute = self.minutes.entry((ms.div_euclid(60_000), series)).or_default();
         minute.0 += 1;
         minute.1 += counts.tokens();
         if row.error_code != 0 {
-            let key = ErrorKey {
-                day,
-                business_line: row.business_line.clone(),
-                model_name: row.model_name.clone(),
-                model_version: row.model_version.clone(),
-                input_bucket: input_bucket.to_owned(),
-                error_code: row.error_code,
-                error_stage: row.error_stage.clone(),
-            };
-            *self.errors.entry(key).or_default() += 1;
+            let stage = index_of(&mut self.stages, row.error_stage);
+            *self.errors.entry((day, series, input_bucket, row.error_code, stage)).or_default() += 1;
         }
         if !row.user.is_empty() {
-            let user = self.users.entry((day, row.user.clone())).or_default();
-            user.requests += 1;
-            user.tokens += counts.tokens();
+            let users = self.users.entry(day).or_default();
+            // Allocates for a user's first row only.
+            if !users.contains_key(row.user) {
+                users.insert(row.user.to_owned(), UserFacts::default());
+            }
+            if let Some(user) = users.get_mut(row.user) {
+                user.requests += 1;
+                user.tokens += counts.tokens();
+            }
         }
     }
 
     /// Prices the groups and hours as the compactor does (per group, from
     /// its token sums) and picks each hour's busiest minute.
     pub fn finish(self, prices: &PriceTable, dictionary: &ErrorDictionary) -> Facts {
+        let series = &self.series;
         let mut facts = Facts::default();
-        for (key, mut group) in self.groups {
-            group.counts.price(prices.cost(&key.model_name, key.day, group.counts.usage()));
+        for ((day, s, input, output), mut group) in self.groups {
+            let (line, model, version) = series[s].clone();
+            group.counts.price(prices.cost(&model, day, group.counts.usage()));
+            let key = GroupKey {
+                day,
+                business_line: line,
+                model_name: model,
+                model_version: version,
+                input_bucket: input.as_str().to_owned(),
+                output_bucket: output.as_str().to_owned(),
+            };
             facts.groups.insert(key, group);
         }
         let mut hours = self.hours;
-        for ((key, minute), (requests, tokens)) in self.minutes {
-            let Some(hour) = hours.get_mut(&key) else { continue };
+        for ((minute, s), (requests, tokens)) in self.minutes {
+            let Some(hour) = hours.get_mut(&(minute.div_euclid(60), s)) else { continue };
             let better = requests > hour.peak_minute_requests || (requests == hour.peak_minute_requests && minute < hour.peak_minute);
             if better {
                 hour.peak_minute = minute;
@@ -170,16 +199,27 @@ impl Fold {
                 hour.peak_minute_tokens = tokens;
             }
         }
-        for (key, mut hour) in hours {
-            let day = key.hour.div_euclid(24) as Day;
-            hour.counts.price(prices.cost(&key.model_name, day, hour.counts.usage()));
-            facts.hours.insert(key, hour);
+        for ((hour_number, s), mut hour) in hours {
+            let (line, model, version) = series[s].clone();
+            hour.counts.price(prices.cost(&model, hour_number.div_euclid(24) as Day, hour.counts.usage()));
+            facts.hours.insert(HourKey { hour: hour_number, business_line: line, model_name: model, model_version: version }, hour);
         }
-        for (key, errors) in self.errors {
-            let name = dictionary.get(key.error_code).unwrap_or("unknown").to_owned();
-            facts.errors.insert(key, ErrorFacts { name, errors });
+        for ((day, s, input, code, stage), errors) in self.errors {
+            let (line, model, version) = series[s].clone();
+            let key = ErrorKey {
+                day,
+                business_line: line,
+                model_name: model,
+                model_version: version,
+                input_bucket: input.as_str().to_owned(),
+                error_code: code,
+                error_stage: self.stages[stage].clone(),
+            };
+            facts.errors.insert(key, ErrorFacts { name: dictionary.get(code).unwrap_or("unknown").to_owned(), errors });
         }
-        facts.users = self.users;
+        for (day, users) in self.users {
+            facts.users.extend(users.into_iter().map(|(user, u)| ((day, user), u)));
+        }
         facts
     }
 }
@@ -189,19 +229,19 @@ mod tests {
     use super::*;
     use inferlog_store::cost::CostConfig;
 
-    fn row(ts: u64, input: u32, error: i32, user: &str) -> HotRow {
+    fn row(ts: u64, input: u32, error: i32, user: &str) -> HotRow<'_> {
         HotRow {
             timestamp_ms: ts,
-            business_line: "search".into(),
-            model_name: "m".into(),
-            model_version: "v1".into(),
+            business_line: "search",
+            model_name: "m",
+            model_version: "v1",
             input_tokens: input,
             output_tokens: 100,
             error_code: error,
-            error_stage: if error == 0 { String::new() } else { "prefill".into() },
+            error_stage: if error == 0 { "" } else { "prefill" },
             cache_hit: u8::from(input > 2000),
             cache_prefix_tokens: Some(input / 2),
-            user: user.into(),
+            user,
             latencies: [Some(100.0), Some(10.0), None, Some(1.0), Some(5.0), Some(80.0)],
         }
     }
