@@ -170,19 +170,12 @@ impl Document {
     /// A one-line summary of which tier answered which days, e.g.
     /// `hot: 2026-11-28..2026-12-01; aggregates: 2026-11-20..2026-11-27`.
     pub fn tier_summary(&self) -> String {
-        let mut spans: Vec<(Tier, String, String)> = Vec::new();
-        for t in &self.tiers {
-            match spans.last_mut() {
-                Some((tier, _, end)) if *tier == t.tier => *end = t.day.clone(),
-                _ => spans.push((t.tier, t.day.clone(), t.day.clone())),
-            }
-        }
         let mut parts: Vec<String> = Vec::new();
         for tier in [Tier::Hot, Tier::Aggregates, Tier::None] {
-            let days: Vec<String> =
-                spans.iter().filter(|(t, _, _)| *t == tier).map(|(_, a, b)| if a == b { a.clone() } else { format!("{a}..{b}") }).collect();
+            let days: Vec<inferlog_store::Day> =
+                self.tiers.iter().filter(|t| t.tier == tier).filter_map(|t| inferlog_store::parse_day(&t.day)).collect();
             if !days.is_empty() {
-                parts.push(format!("{}: {}", tier.as_str(), days.join(", ")));
+                parts.push(format!("{}: {}", tier.as_str(), crate::range::runs_text(&days)));
             }
         }
         parts.join("; ")

@@ -81,6 +81,19 @@ impl Range {
     }
 }
 
+/// Sorted `days` as runs of consecutive days: `2026-11-25..2026-11-28, 2026-11-30`.
+pub fn runs_text(days: &[Day]) -> String {
+    let mut runs: Vec<(Day, Day)> = Vec::new();
+    for &d in days {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == d => *end = d,
+            _ => runs.push((d, d)),
+        }
+    }
+    let day = inferlog_store::day_string;
+    runs.iter().map(|&(a, b)| if a == b { day(a) } else { format!("{}..{}", day(a), day(b)) }).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,20 +34,12 @@ fn cells(c: &Counts, total_cost: f64) -> Vec<Cell> {
     ]
 }
 
-/// `days` (sorted) as runs: `2026-11-25..2026-11-28, 2026-11-30`; `none` when empty.
+/// The hot days as runs, `none in the range` when there is none.
 fn day_spans(days: &[i32]) -> String {
-    let mut spans: Vec<(i32, i32)> = Vec::new();
-    for &d in days {
-        match spans.last_mut() {
-            Some((_, end)) if *end + 1 == d => *end = d,
-            _ => spans.push((d, d)),
-        }
-    }
-    if spans.is_empty() {
+    if days.is_empty() {
         return "none in the range".into();
     }
-    let day = inferlog_store::day_string;
-    spans.iter().map(|&(a, b)| if a == b { day(a) } else { format!("{}..{}", day(a), day(b)) }).collect::<Vec<_>>().join(", ")
+    crate::range::runs_text(days)
 }
 
 pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>, alerts: &mut Vec<String>) -> Vec<Table> {

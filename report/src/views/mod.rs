@@ -138,9 +138,8 @@ pub fn bucket_rank(bucket: &str) -> usize {
 
 /// The UTC `YYYY-MM-DD HH:MM` of minutes since the epoch.
 pub fn minute_string(minute: i64) -> String {
-    let day = minute.div_euclid(1440) as inferlog_store::Day;
-    let m = minute.rem_euclid(1440);
-    format!("{} {:02}:{:02}", inferlog_store::day_string(day), m / 60, m % 60)
+    // The schema's RFC 3339 form, `YYYY-MM-DDTHH:MM:SS.mmmZ`, cut to the minute.
+    inferlog_schema::timestamp::format_rfc3339_ms(minute * 60_000)[..16].replacen('T', " ", 1)
 }
 
 #[cfg(test)]
