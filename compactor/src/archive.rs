@@ -17,6 +17,7 @@ use arrow_array::builder::{BooleanBuilder, Float64Builder, Int32Builder, Int64Bu
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
+use clickhouse::query::RowCursor;
 use clickhouse::Row;
 use futures_util::future::BoxFuture;
 use inferlog_schema::SCHEMA_VERSION;
@@ -82,6 +83,12 @@ pub struct ArchiveRow<'a> {
     pub kafka_partition: u16,
     pub kafka_offset: u64,
     pub ingested_at: u32,
+}
+
+/// Where the archive's reader hands each row besides the Parquet batches
+/// (the aggregates' [`crate::fold`]), so the day is read from ClickHouse once.
+pub trait RowSink: Send + 'static {
+    fn row(&mut self, row: &ArchiveRow<'_>);
 }
 
 /// The columns read, in [`ArchiveRow`] order.
@@ -330,10 +337,11 @@ impl Archiver {
     }
 
     /// Writes the day's rows as `part-0000`, `part-0001`, … objects of at
-    /// most `object_max_rows` rows each, and returns them as written.
-    pub async fn archive_day(&self, day: Day, mode: ReadMode) -> Result<Vec<WrittenObject>, CompactorError> {
+    /// most `object_max_rows` rows each, and returns them as written, with
+    /// `sink` after it saw every row.
+    pub async fn archive_day<S: RowSink>(&self, day: Day, mode: ReadMode, sink: S) -> Result<(Vec<WrittenObject>, S), CompactorError> {
         let (tx, mut rx) = mpsc::channel::<RecordBatch>(2);
-        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx));
+        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx, sink));
         let mut written = Vec::new();
         let mut current: Option<OpenObject> = None;
         let max_rows = self.config.object_max_rows;
@@ -369,23 +377,40 @@ impl Archiver {
         // The reader's error explains a closed channel; report it first.
         let read =
             reader.await.map_err(|e| CompactorError::Archive { day: inferlog_store::day_string(day), message: format!("reader task: {e}") })?;
-        read?;
+        let (rows, sink) = read?;
         result?;
-        Ok(written)
+        let archived: u64 = written.iter().map(|o| o.rows).sum();
+        if rows != archived {
+            return Err(CompactorError::Archive {
+                day: inferlog_store::day_string(day),
+                message: format!("{rows} rows read but {archived} written"),
+            });
+        }
+        Ok((written, sink))
+    }
+
+    /// Streams the day's rows as [`Archiver::archive_day`] reads them into
+    /// `sink` only (for a day an earlier run archived).
+    pub async fn fold_day<S: RowSink>(&self, day: Day, mode: ReadMode, mut sink: S) -> Result<S, CompactorError> {
+        let mut cursor = day_rows(&self.hot, day, mode, self.sort_memory_bytes)?;
+        while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
+            sink.row(&row);
+        }
+        Ok(sink)
     }
 }
 
-/// Streams the day's rows from ClickHouse into batches, in sort-key order
-/// (so the same rows make the same objects), producer retries collapsed:
-/// a day merged into one part is read as is by one thread, which is in key
-/// order; otherwise it is read with `FINAL` and sorted.
-async fn read_day(hot: HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64, tx: mpsc::Sender<RecordBatch>) -> Result<u64, CompactorError> {
+/// The day's rows in sort-key order (so the same rows make the same
+/// objects), producer retries collapsed: a day merged into one part is
+/// read as is by one thread, which is in key order; otherwise it is read
+/// with `FINAL` and sorted.
+fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64) -> Result<RowCursor<ArchiveRow<'static>>, CompactorError> {
     let order = match mode {
         ReadMode::OnePart => "",
         ReadMode::Final => "ORDER BY business_line, model_name, model_version, event_time, request_id, kafka_topic, kafka_partition, kafka_offset",
     };
     let sql = format!("SELECT {SELECT_COLUMNS} FROM {} {} WHERE day = toDate(?) {order}", hot.qualified(), mode.modifier());
-    let mut cursor = hot
+    Ok(hot
         .client()
         .clone()
         .with_setting("max_bytes_before_external_sort", sort_memory_bytes.to_string())
@@ -393,7 +418,20 @@ async fn read_day(hot: HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64
         .query(&sql)
         .bind(inferlog_store::day_string(day))
         .fetch::<ArchiveRow<'_>>()
-        .map_err(hot.error("archive read"))?;
+        .map_err(hot.error("archive read"))?)
+}
+
+/// Streams the day's rows ([`day_rows`]) into batches and `sink`; returns
+/// how many rows it read, and the sink.
+async fn read_day<S: RowSink>(
+    hot: HotTier,
+    day: Day,
+    mode: ReadMode,
+    sort_memory_bytes: u64,
+    tx: mpsc::Sender<RecordBatch>,
+    mut sink: S,
+) -> Result<(u64, S), CompactorError> {
+    let mut cursor = day_rows(&hot, day, mode, sort_memory_bytes)?;
     let schema = archive_schema();
     let mut builder = BatchBuilder::new(schema);
     let mut total = 0u64;
@@ -401,11 +439,12 @@ async fn read_day(hot: HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64
     let to_err = |e: arrow_schema::ArrowError| CompactorError::Archive { day: day_name.clone(), message: e.to_string() };
     while let Some(row) = cursor.next().await.map_err(hot.error("archive read"))? {
         builder.append(&row);
+        sink.row(&row);
         total += 1;
         if builder.rows == BATCH_ROWS {
             let batch = builder.finish().map_err(to_err)?;
             if tx.send(batch).await.is_err() {
-                return Ok(total); // the writer failed; its error is reported
+                return Ok((total, sink)); // the writer failed; its error is reported
             }
         }
     }
@@ -413,7 +452,44 @@ async fn read_day(hot: HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64
         let batch = builder.finish().map_err(to_err)?;
         let _ = tx.send(batch).await;
     }
-    Ok(total)
+    Ok((total, sink))
+}
+
+/// A row with every field set (some to `None`), for tests.
+#[cfg(test)]
+pub(crate) fn sample_row() -> ArchiveRow<'static> {
+    ArchiveRow {
+        timestamp_ms: 1_764_000_000_123,
+        request_id: "r1",
+        business_line: "search",
+        model_name: "m",
+        model_version: "v1",
+        input_tokens: 10,
+        output_tokens: 3,
+        total_latency_ms: 12.5,
+        error_code: 1003,
+        error_stage: Some("decode"),
+        user_id_hash: None,
+        tenant: Some("web"),
+        session_id: None,
+        request_type: Some("chat"),
+        queue_wait_ms: Some(1.0),
+        prefill_time_ms: None,
+        decode_time_ms: Some(2.0),
+        ttft_ms: None,
+        tpot_ms: Some(1.0),
+        gpu_id: Some(3),
+        batch_size: None,
+        cache_hit: Some(1),
+        cache_prefix_tokens: Some(4),
+        gpu_mem_peak_mb: None,
+        truncated: Some(0),
+        schema_version: 1,
+        kafka_topic: "t",
+        kafka_partition: 2,
+        kafka_offset: 99,
+        ingested_at: 1_764_000_001,
+    }
 }
 
 #[cfg(test)]
@@ -423,38 +499,7 @@ mod tests {
     #[test]
     fn builder_columns_match_the_schema() {
         let mut b = BatchBuilder::new(archive_schema());
-        let row = ArchiveRow {
-            timestamp_ms: 1_764_000_000_123,
-            request_id: "r1",
-            business_line: "search",
-            model_name: "m",
-            model_version: "v1",
-            input_tokens: 10,
-            output_tokens: 3,
-            total_latency_ms: 12.5,
-            error_code: 1003,
-            error_stage: Some("decode"),
-            user_id_hash: None,
-            tenant: Some("web"),
-            session_id: None,
-            request_type: Some("chat"),
-            queue_wait_ms: Some(1.0),
-            prefill_time_ms: None,
-            decode_time_ms: Some(2.0),
-            ttft_ms: None,
-            tpot_ms: Some(1.0),
-            gpu_id: Some(3),
-            batch_size: None,
-            cache_hit: Some(1),
-            cache_prefix_tokens: Some(4),
-            gpu_mem_peak_mb: None,
-            truncated: Some(0),
-            schema_version: 1,
-            kafka_topic: "t",
-            kafka_partition: 2,
-            kafka_offset: 99,
-            ingested_at: 1_764_000_001,
-        };
+        let row = sample_row();
         b.append(&row);
         b.append(&row);
         let batch = b.finish().expect("columns match the schema");

@@ -24,6 +24,7 @@ use inferlog_store::{Day, Policy};
 use crate::aggregate;
 use crate::archive::Archiver;
 use crate::error::CompactorError;
+use crate::fold::{DayFold, Folded};
 use crate::format::WrittenObject;
 use crate::metrics::{self, Metrics};
 use crate::publish;
@@ -132,12 +133,16 @@ impl DayWork {
         };
         let record_objects = record.as_ref().map_or(0, |r| r.objects);
 
-        // Archive (from scratch, or re-list what an earlier run wrote).
+        // Archive (from scratch, or re-list what an earlier run wrote),
+        // counting the aggregates' histograms, hours and errors on the way.
         let written: Vec<WrittenObject>;
+        let mut folded: Option<DayFold> = None;
         if state.is_none() || state == Some(DayState::Archiving) {
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
-            written = self.archiver.archive_day(day, mode).await?;
+            let (objects, fold) = self.archiver.archive_day(day, mode, DayFold::default()).await?;
+            written = objects;
+            folded = Some(fold);
             metrics::stage_finished(&self.metrics, &name, "archive", fp.rows, started.elapsed());
             for o in &written {
                 metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
@@ -194,16 +199,25 @@ impl DayWork {
         let verified = self.catalog.day(day).await?.map_or((0, 0), |r| (r.objects, r.bytes));
         if state == Some(DayState::Verified) {
             let started = Instant::now();
-            let aggregates = aggregate::compute(&self.hot, day, mode).await?;
-            let now = self.hot.fingerprint(day, mode).await?;
-            if now != fp {
-                return Err(CompactorError::RowsChanged {
-                    day: name,
-                    step: "aggregated",
-                    message: format!("{} became {}", fp.encode(), now.encode()),
-                });
-            }
-            let published = publish::publish(&self.catalog, &self.dictionary, &self.prices, day, &aggregates).await?;
+            // A day archived by an earlier run is read again for its counts.
+            let fold = match folded {
+                Some(fold) => fold,
+                None => self.archiver.fold_day(day, mode, DayFold::default()).await?,
+            };
+            let Folded { rows, daily, hours, errors } = fold.finish();
+            let groups = async {
+                let groups = aggregate::compute(&self.hot, day, mode, rows, daily).await?;
+                let now = self.hot.fingerprint(day, mode).await?;
+                if now != fp {
+                    return Err(CompactorError::RowsChanged {
+                        day: name.clone(),
+                        step: "aggregated",
+                        message: format!("{} became {}", fp.encode(), now.encode()),
+                    });
+                }
+                Ok(groups)
+            };
+            let published = publish::publish(&self.catalog, &self.dictionary, &self.prices, day, &hours, &errors, groups).await?;
             metrics::day_published(&self.metrics, &name, &published);
             metrics::stage_finished(&self.metrics, &name, "aggregate", fp.rows, started.elapsed());
             self.record(day, DayState::Aggregated, &fp, verified.0, verified.1).await?;

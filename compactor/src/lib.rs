@@ -3,17 +3,21 @@
 //! driven per day by [`day`] and per pass by [`service`]:
 //!
 //! ClickHouse day partition → [`archive`] (Parquet objects on the cold
-//! store) → [`verify`] (read back, matched against ClickHouse; manifest in
-//! Postgres) → [`aggregate`] (daily and hourly aggregates, computed in
-//! ClickHouse) → [`publish`] (priced, into Postgres) → release
-//! (the hot partition dropped and audited, once past the hot retention).
+//! store; each row also to [`fold`]: histograms, hours, errors) →
+//! [`verify`] (read back, matched against ClickHouse; manifest in
+//! Postgres) → [`aggregate`] (exact percentiles from ClickHouse joined to
+//! the fold) → [`publish`] (priced, into Postgres) → release (the hot
+//! partition dropped and audited, once past the hot retention).
+//! [`measures`] names the measures every stage after the archive describes.
 
 pub mod aggregate;
 pub mod archive;
 pub mod config;
 pub mod day;
 pub mod error;
+pub mod fold;
 pub mod format;
+pub mod measures;
 pub mod metrics;
 pub mod publish;
 pub mod reprice;

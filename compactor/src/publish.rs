@@ -1,10 +1,13 @@
-//! Publish stage. In: one day's [`DayAggregates`] and the price table.
-//! Out: the day's rows of `daily_aggregates`, `hourly_aggregates` and
-//! `daily_errors` in Postgres, each priced, replaced in one transaction (a
-//! re-run gives the same rows and never adds to them), and a `cost_audit`
-//! row when requests of the day had no price.
+//! Publish stage. In: one day's hours and error counts (from
+//! [`crate::fold`]), its groups once [`crate::aggregate`] has them, and the
+//! price table. Out: the day's rows of `daily_aggregates`,
+//! `hourly_aggregates` and `daily_errors` in Postgres, each priced,
+//! replaced in one transaction (a re-run gives the same rows and never adds
+//! to them), and a `cost_audit` row when requests of the day had no price.
+//! The hours and errors are written while the groups are still computed.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use inferlog_schema::config::ErrorDictionary;
@@ -13,8 +16,10 @@ use inferlog_store::catalog::{date_of, insert_cost_audit, Catalog, CostAuditEntr
 use inferlog_store::cost::{PriceTable, Usage};
 use inferlog_store::{Day, StoreError};
 
-use crate::aggregate::{histograms, DayAggregates, Group, Hour, DURATIONS, LEVELS};
+use crate::aggregate::Group;
 use crate::error::CompactorError;
+use crate::fold::{ErrorRow, Hour};
+use crate::measures::{histograms, DURATIONS, LEVELS};
 
 /// Rows per INSERT statement (at most 43 parameters each; Postgres takes 65,535).
 const INSERT_ROWS: usize = 1000;
@@ -90,7 +95,9 @@ pub async fn publish(
     dictionary: &ErrorDictionary,
     prices: &PriceTable,
     day: Day,
-    aggregates: &DayAggregates,
+    hours: &[Hour],
+    errors: &[ErrorRow],
+    groups: impl Future<Output = Result<Vec<Group>, CompactorError>>,
 ) -> Result<Published, CompactorError> {
     let pg = StoreError::postgres;
     let mut tx = catalog.pool().begin().await.map_err(pg("begin"))?;
@@ -101,10 +108,61 @@ pub async fn publish(
     let mut published = Published::default();
     let cost = |model: &str, usage: Usage| prices.cost(model, day, usage);
 
+    // The hours and errors are known already: written while ClickHouse
+    // computes the groups' exact percentiles.
+    let hours_and_errors = async {
+        let columns = hourly_columns().join(", ");
+        for chunk in hours.chunks(INSERT_ROWS) {
+            let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO hourly_aggregates ({columns}) "));
+            insert.push_values(chunk, |mut q, Hour { row: h, histograms }| {
+                q.push_bind(instant(h.hour, 3600))
+                    .push_bind(date)
+                    .push_bind(&h.business_line)
+                    .push_bind(&h.model_name)
+                    .push_bind(&h.model_version)
+                    .push_bind(h.requests as i64)
+                    .push_bind(h.errors as i64)
+                    .push_bind(h.input_tokens as i64)
+                    .push_bind(h.output_tokens as i64)
+                    .push_bind(h.cache_prefix_tokens as i64)
+                    .push_bind(cost(&h.model_name, h.usage()))
+                    .push_bind(instant(h.peak_minute, 60))
+                    .push_bind(h.peak_minute_requests as i64)
+                    .push_bind(h.peak_minute_tokens as i64);
+                for h in histograms {
+                    q.push_bind(h.as_ref().map(Histogram::encode));
+                }
+            });
+            insert.build().execute(&mut *tx).await.map_err(pg("insert hourly aggregates"))?;
+        }
+
+        for chunk in errors.chunks(INSERT_ROWS) {
+            let mut insert = sqlx::QueryBuilder::new(
+                "INSERT INTO daily_errors (day, business_line, model_name, model_version, input_bucket, error_code, error_name, error_stage, errors) ",
+            );
+            insert.push_values(chunk, |mut q, e| {
+                q.push_bind(date)
+                    .push_bind(&e.business_line)
+                    .push_bind(&e.model_name)
+                    .push_bind(&e.model_version)
+                    .push_bind(&e.input_bucket)
+                    .push_bind(e.error_code)
+                    .push_bind(dictionary.get(e.error_code).unwrap_or("unknown"))
+                    .push_bind(&e.error_stage)
+                    .push_bind(e.errors as i64);
+            });
+            insert.build().execute(&mut *tx).await.map_err(pg("insert error counts"))?;
+        }
+        Ok::<(), CompactorError>(())
+    };
+    let (groups, written) = tokio::join!(groups, hours_and_errors);
+    written?;
+    let groups = groups?;
+
     // A few statements of many rows each: one round trip per group made the
     // stage as slow as the queries that compute it.
     let columns = daily_columns().join(", ");
-    for chunk in aggregates.groups.chunks(INSERT_ROWS) {
+    for chunk in groups.chunks(INSERT_ROWS) {
         let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO daily_aggregates ({columns}) "));
         insert.push_values(chunk, |mut q, Group { row: g, histograms }| {
             let cost_usd = cost(&g.model_name, g.usage());
@@ -140,50 +198,6 @@ pub async fn publish(
             }
         });
         insert.build().execute(&mut *tx).await.map_err(pg("insert aggregates"))?;
-    }
-
-    let columns = hourly_columns().join(", ");
-    for chunk in aggregates.hours.chunks(INSERT_ROWS) {
-        let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO hourly_aggregates ({columns}) "));
-        insert.push_values(chunk, |mut q, Hour { row: h, histograms }| {
-            q.push_bind(instant(h.hour, 3600))
-                .push_bind(date)
-                .push_bind(&h.business_line)
-                .push_bind(&h.model_name)
-                .push_bind(&h.model_version)
-                .push_bind(h.requests as i64)
-                .push_bind(h.errors as i64)
-                .push_bind(h.input_tokens as i64)
-                .push_bind(h.output_tokens as i64)
-                .push_bind(h.cache_prefix_tokens as i64)
-                .push_bind(cost(&h.model_name, h.usage()))
-                .push_bind(instant(h.peak_minute, 60))
-                .push_bind(h.peak_minute_requests as i64)
-                .push_bind(h.peak_minute_tokens as i64);
-            for h in histograms {
-                q.push_bind(h.as_ref().map(Histogram::encode));
-            }
-        });
-        insert.build().execute(&mut *tx).await.map_err(pg("insert hourly aggregates"))?;
-    }
-
-    for e in &aggregates.errors {
-        sqlx::query(
-            "INSERT INTO daily_errors (day, business_line, model_name, model_version, input_bucket, error_code, error_name, error_stage, errors) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(date)
-        .bind(&e.business_line)
-        .bind(&e.model_name)
-        .bind(&e.model_version)
-        .bind(&e.input_bucket)
-        .bind(e.error_code)
-        .bind(dictionary.get(e.error_code).unwrap_or("unknown"))
-        .bind(&e.error_stage)
-        .bind(e.errors as i64)
-        .execute(&mut *tx)
-        .await
-        .map_err(pg("insert error counts"))?;
     }
 
     let unpriced: u64 = published.unpriced.values().sum();

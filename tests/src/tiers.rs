@@ -219,7 +219,7 @@ impl TierScenario {
         state += "\n--hourly\n";
         state += &self.psql("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*) FROM (SELECT * FROM hourly_aggregates) s, LATERAL (SELECT (s.hour, s.day, s.business_line, s.model_name, s.model_version, s.requests, s.errors, s.input_tokens, s.output_tokens, s.cache_prefix_tokens, s.cost_usd, s.peak_minute, s.peak_minute_requests, s.peak_minute_tokens, s.total_latency_hist, s.decode_hist) AS t) x");
         state += "\n--errors\n";
-        state += &self.psql("SELECT count(*), sum(errors) FROM daily_errors");
+        state += &self.psql("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*), sum(s.errors) FROM daily_errors s, LATERAL (SELECT (s.day, s.business_line, s.model_name, s.model_version, s.input_bucket, s.error_code, s.error_name, s.error_stage, s.errors) AS t) x");
         state += "\n--audit\n";
         state +=
             &self.psql("SELECT tier, unit, action, rows, bytes, policy, dry_run, actor, detail FROM retention_audit ORDER BY tier, unit, action");
