@@ -11,7 +11,10 @@ JSON) to a fresh topic once, then, on that same data, times alternately:
             hashing, no DLQ, no exactly-once
 
 Each run uses its own consumer group and table; the time is from process
-start until the table holds all N rows (same clock for both). Prints per-run
+start until the table holds all N rows (same clock for both). Over the same
+window it samples the CPU time of every process on the machine (from
+/proc), so the JSON also says where the cores went: the process under
+test, ClickHouse (`clickhouse-serv`), the broker (`java`). Prints per-run
 figures and medians as JSON. Needs `deploy/local/services.sh up` and
 release binaries (cargo build --release --bins).
 
@@ -22,9 +25,11 @@ import json
 import os
 import resource
 import statistics
+import collections
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -34,6 +39,49 @@ CH = os.environ.get("INFERLOG_TEST_CLICKHOUSE_URL", "http://127.0.0.1:8123")
 BROKERS = os.environ.get("INFERLOG_TEST_KAFKA_BROKERS", "127.0.0.1:9092")
 KAFKATOOL = os.path.join(REPO, "deploy/local/kafkatool.py")
 BIN = os.path.join(REPO, "target/release")
+
+
+class CpuSampler(threading.Thread):
+    """CPU seconds (user + system) each command name used while it ran,
+    from /proc/PID/stat sampled every 100 ms (a process that ends between
+    two samples loses at most its last 100 ms)."""
+
+    HZ = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.done = threading.Event()
+        self.first = self.snapshot()
+        self.last = dict(self.first)
+
+    @classmethod
+    def snapshot(cls):
+        out = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            out[pid] = (comm, (int(fields[11]) + int(fields[12])) / cls.HZ)
+        return out
+
+    def run(self):
+        while not self.done.wait(0.1):
+            self.last.update(self.snapshot())
+
+    def stop(self):
+        """Per command name, the CPU seconds used since the start (the top five, rounded)."""
+        self.done.set()
+        self.join()
+        self.last.update(self.snapshot())
+        used = collections.Counter()
+        for pid, (comm, cpu) in self.last.items():
+            used[comm] += cpu - self.first.get(pid, (comm, 0.0))[1]
+        return {comm: round(cpu, 2) for comm, cpu in used.most_common(5) if cpu >= 0.05}
 
 
 def ch(sql):
@@ -88,14 +136,17 @@ def run_glue(topic, n):
         business_line String, input_tokens UInt32, output_tokens UInt32, total_latency_ms Float64,
         error_code Int32, user_id String, queue_wait_ms Float64, prefill_time_ms Float64,
         decode_time_ms Float64) ENGINE = MergeTree ORDER BY (business_line, model_name, request_id)""")
+    cpu = CpuSampler()
+    cpu.start()
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", "import urllib.parse\n" + GLUE, BROKERS, topic,
                              f"glue-{uuid.uuid4().hex[:8]}", table, CH])
     wait_rows(proc, table, n)
     elapsed = time.monotonic() - start
+    used = cpu.stop()
     proc.terminate()
     proc.wait()
-    return elapsed
+    return elapsed, used
 
 
 def run_inferlog(topic, n, workdir):
@@ -116,15 +167,18 @@ rejects_table = "{name}_rejects"
 metrics_addr = ""
 ''')
     env = dict(os.environ, INFERLOG_HASH_KEY_FILE=os.path.join(workdir, "hash.key"))
+    cpu = CpuSampler()
+    cpu.start()
     start = time.monotonic()
     proc = subprocess.Popen([os.path.join(BIN, "inferlog-ingest"), "--config", config, "--exit-when-idle", "5s"],
                             env=env, stderr=open(os.path.join(workdir, f"{name}.log"), "w"))
     wait_rows(proc, f"inferlog_bench.{name}", n)
     elapsed = time.monotonic() - start
+    used = cpu.stop()
     proc.wait()
     # ru_maxrss of waited-for children is the largest so far; the glue runs
     # in Python children too, so read it right after each ingest run.
-    return elapsed, proc.returncode
+    return elapsed, proc.returncode, used
 
 
 def main():
@@ -146,16 +200,29 @@ def main():
         subprocess.run([sys.executable, KAFKATOOL, "--brokers", BROKERS, "produce", "--topic", topic, events],
                        check=True, stdout=subprocess.DEVNULL)
         results = {"events": args.events, "inferlog_s": [], "glue_s": [], "inferlog_peak_rss_mb": 0}
+        cpu = {"inferlog": [], "glue": []}
         for i in range(args.runs):
-            elapsed, rc = run_inferlog(topic, args.events, workdir)
+            elapsed, rc, used = run_inferlog(topic, args.events, workdir)
+            cpu["inferlog"].append(used)
             peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             results["inferlog_peak_rss_mb"] = max(results["inferlog_peak_rss_mb"], round(peak, 1))
             results["inferlog_s"].append(round(elapsed, 2))
-            results["glue_s"].append(round(run_glue(topic, args.events), 2))
-            print(f"run {i + 1}: inferlog {elapsed:.2f}s (exit {rc}), glue {results['glue_s'][-1]:.2f}s", file=sys.stderr)
+            glue_elapsed, used = run_glue(topic, args.events)
+            cpu["glue"].append(used)
+            results["glue_s"].append(round(glue_elapsed, 2))
+            print(f"run {i + 1}: inferlog {elapsed:.2f}s (exit {rc}) cpu {cpu['inferlog'][-1]}, "
+                  f"glue {glue_elapsed:.2f}s cpu {used}", file=sys.stderr)
         inf = args.events / statistics.median(results["inferlog_s"])
         glue = args.events / statistics.median(results["glue_s"])
         results.update(inferlog_events_per_s=round(inf), glue_events_per_s=round(glue), ratio=round(inf / glue, 2))
+        # Median CPU seconds per process over the timed windows, and how many
+        # of the machine's cores were busy on average.
+        for side, runs in cpu.items():
+            names = sorted({name for used in runs for name in used})
+            median = {name: round(statistics.median(used.get(name, 0.0) for used in runs), 2) for name in names}
+            median = {name: cpu for name, cpu in median.items() if cpu >= 0.05}
+            results[f"{side}_cpu_s"] = median
+            results[f"{side}_cores_busy"] = round(sum(median.values()) / statistics.median(results[f"{side}_s"]), 2)
         print(json.dumps(results, indent=2))
 
 
