@@ -260,8 +260,10 @@ impl DayFold {
                 });
             }
         }
-        let series = |r: &HourRow| (r.business_line.clone(), r.model_name.clone(), r.model_version.clone());
-        folded.hours.sort_by_key(|h| (h.row.hour, series(&h.row)));
+        fn key(r: &HourRow) -> (u64, &str, &str, &str) {
+            (r.hour, &r.business_line, &r.model_name, &r.model_version)
+        }
+        folded.hours.sort_by(|a, b| key(&a.row).cmp(&key(&b.row)));
         folded.errors.sort_by(|a, b| {
             (&a.business_line, &a.model_name, &a.model_version, &a.input_bucket, a.error_code, &a.error_stage).cmp(&(
                 &b.business_line,
