@@ -34,7 +34,9 @@ pub struct IngestConfig {
     /// the source has had nothing new for 100ms (a backlog or a burst has
     /// been read to its end) instead of waiting out `batch_max_age`; 0 turns
     /// this off. Smaller batches still wait, so a trickle of events never
-    /// becomes a trickle of small inserts. Default: 10000.
+    /// becomes a trickle of small inserts. The exception is the tail of a
+    /// backlog: the batch right after a full one is flushed when the source
+    /// goes quiet, whatever its size. Default: 10000.
     pub flush_when_caught_up_rows: usize,
     /// How many recent request ids are remembered to drop producer retries. Default: 1000000.
     pub dedup_window: usize,
@@ -55,6 +57,10 @@ pub struct IngestConfig {
     /// Tokio worker threads: the pipeline and the writer task run on them,
     /// broker round trips run on blocking threads beside them. Default: 2.
     pub worker_threads: usize,
+    /// Threads that validate and normalize the messages librdkafka has
+    /// ready, a chunk at a time, while the pipeline waits; 1 normalizes on
+    /// the pipeline's own thread. Default: 2.
+    pub normalize_threads: usize,
 }
 
 impl Default for IngestConfig {
@@ -70,6 +76,7 @@ impl Default for IngestConfig {
             shutdown_timeout: Duration::from_secs(30),
             metrics_addr: "127.0.0.1:9464".into(),
             worker_threads: 2,
+            normalize_threads: 2,
         }
     }
 }
@@ -106,8 +113,8 @@ impl Config {
         if k.topics.contains(&k.dlq_topic) {
             return Err(IngestError::Config("kafka.dlq_topic must not be one of kafka.topics".into()));
         }
-        if self.ingest.worker_threads == 0 {
-            return Err(IngestError::Config("ingest.worker_threads must be at least 1".into()));
+        if self.ingest.worker_threads == 0 || self.ingest.normalize_threads == 0 {
+            return Err(IngestError::Config("ingest.worker_threads and ingest.normalize_threads must be at least 1".into()));
         }
         if !["cooperative-sticky", "range", "roundrobin"].contains(&k.assignor.as_str()) {
             return Err(IngestError::Config(format!("kafka.assignor {:?}: one of cooperative-sticky, range, roundrobin", k.assignor)));
@@ -176,6 +183,9 @@ mod tests {
             ingest: IngestConfig::default(),
         };
         config.validate().expect("defaults are valid");
+        let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..config.clone() };
+        let e = no_normalizer.validate().expect_err("no thread to normalize on");
+        assert!(e.to_string().contains("normalize_threads"), "{e}");
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "[ingest]\nbatch_max_rowz = 5\n").expect("write");

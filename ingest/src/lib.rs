@@ -1,9 +1,10 @@
 //! `inferlog-ingest`: Kafka → validate/normalize → ClickHouse, exactly once,
 //! with rejects to the DLQ. Stages, in data-flow order:
 //!
-//! [`source`] (Kafka consumer group) → [`pipeline`] (normalize with
-//! `inferlog-schema`, skip replays and retries) → [`batch`] (per-day
-//! batches) → [`writer`] task, one batch in flight: [`clickhouse_sink`]
+//! [`source`] (Kafka consumer group) → [`normalize`] (a chunk of messages
+//! validated and normalized with `inferlog-schema` on a small thread pool)
+//! → [`pipeline`] (skip replays and retries, in offset order) → [`batch`]
+//! (per-day batches) → [`writer`] task, one batch in flight: [`clickhouse_sink`]
 //! (hot rows) and [`dlq`] (rejects) → commit.
 
 pub mod batch;
@@ -12,6 +13,7 @@ pub mod config;
 pub mod dlq;
 pub mod error;
 pub mod metrics;
+pub mod normalize;
 pub mod offsets;
 pub mod pipeline;
 pub mod source;

@@ -1,10 +1,11 @@
 //! The ingest loop. In: Kafka messages. Out: hot rows in ClickHouse, rejects
 //! in the DLQ, committed offsets. One batch at a time:
 //!
-//! 1. each message is validated and normalized (`inferlog-schema`); a
-//!    message whose offset is already stored (a replay after a crash or a
-//!    rebalance) or whose request_id was just stored (a producer retry) is
-//!    skipped;
+//! 1. the messages librdkafka has ready are validated and normalized
+//!    together ([`crate::normalize`], on a small thread pool), then taken
+//!    one by one in offset order: a message whose offset is already stored
+//!    (a replay after a crash or a rebalance) or whose request_id was just
+//!    stored (a producer retry) is skipped;
 //! 2. when the batch is full, old, or the source has been read to its end,
 //!    it is handed to the [`crate::writer`] task, which inserts its rows one
 //!    UTC day per INSERT and produces and logs its rejects while the next
@@ -18,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inferlog_schema::{Contract, UserIdHasher};
+use inferlog_schema::{Contract, Normalized, Rejection, UserIdHasher};
 use inferlog_store::retry::{self, Retryable};
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::message::Message;
@@ -31,6 +32,7 @@ use crate::config::Config;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
+use crate::normalize::{self, Normalizer};
 use crate::offsets::{self, Delivery, DrainState, PartitionEnd, PartitionState};
 use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
 use crate::writer::Writer;
@@ -68,7 +70,7 @@ const NOT_DRAINED_LIMIT: Duration = Duration::from_secs(300);
 const DRAIN_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Waits for the writer task of the batch in flight (forever if none) and
-/// returns its outcome; the batch stays in `in_flight` for the commit.
+/// returns its outcome; what to commit stays in `in_flight`.
 async fn written(in_flight: &mut Option<InFlight>) -> Result<Result<(), IngestError>, tokio::task::JoinError> {
     match in_flight {
         Some(f) => (&mut f.task).await,
@@ -87,17 +89,23 @@ async fn on_consumer<T: Send + 'static>(
     tokio::task::spawn_blocking(move || call(&consumer)).await.map_err(|e| IngestError::Config(format!("{what} task: {e}")))
 }
 
-/// The batch the writer task is making durable.
+/// The batch the writer task is making durable. The task owns its rows
+/// (and frees them on its own thread); the pipeline keeps what it commits
+/// and counts.
 struct InFlight {
-    batch: Arc<Batch>,
+    /// Highest offset handled per partition: committed + 1 once durable.
+    offsets: HashMap<PartitionKey, i64>,
+    /// Rows and rejects, as counted by the batch.
+    buffered: usize,
+    stored: usize,
+    rejects: usize,
     task: tokio::task::JoinHandle<Result<(), IngestError>>,
     started: Instant,
 }
 
 struct Pipeline {
     config: Config,
-    contract: Contract,
-    hasher: UserIdHasher,
+    normalizer: Normalizer,
     writer: Writer,
     in_flight: Option<InFlight>,
     gate: Arc<FlushGate>,
@@ -111,6 +119,10 @@ struct Pipeline {
     batch: Batch,
     summary: Summary,
     assigned_once: bool,
+    /// The batch filling now began when the one before it was full: the
+    /// source had a backlog, and when it goes quiet this batch is its tail,
+    /// flushed whatever its size.
+    after_full: bool,
 }
 
 /// Runs until `shutdown` flips to true (then flushes and commits) or, with
@@ -118,6 +130,7 @@ struct Pipeline {
 pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shutdown: watch::Receiver<bool>) -> Result<Summary, IngestError> {
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
+    let normalizer = Normalizer::new(contract, hasher, config.ingest.normalize_threads)?;
     let sink = ClickHouseSink::new(&config.clickhouse)?;
     // ClickHouse may still be starting: wait for it, until a shutdown.
     let mut attempt = 0;
@@ -136,8 +149,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         recent: RecentIds::new(config.ingest.dedup_window),
         writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone()),
         config,
-        contract,
-        hasher,
+        normalizer,
         in_flight: None,
         gate,
         consumer,
@@ -149,6 +161,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         batch: Batch::default(),
         summary: Summary::default(),
         assigned_once: false,
+        after_full: false,
     };
     tracing::info!(topics = ?p.config.kafka.topics, group = %p.config.kafka.group_id, "ingest started");
     let result = p.consume(&options, &mut shutdown).await;
@@ -187,46 +200,46 @@ impl Pipeline {
         loop {
             let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);
             let caught_up_rows = self.config.ingest.flush_when_caught_up_rows;
-            let flush_when_caught_up = caught_up_rows > 0 && self.batch.rows >= caught_up_rows;
+            let flush_when_caught_up = !self.batch.is_empty() && ((caught_up_rows > 0 && self.batch.rows >= caught_up_rows) || self.after_full);
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(()),
                 // The batch in flight is durable: commit it now, not at the next hand-over.
                 written = written(&mut self.in_flight), if self.in_flight.is_some() => self.committed(written).await?,
                 _ = async { tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now).into()).await }, if flush_at.is_some() => {
+                    self.after_full = false;
                     self.flush().await?;
                 }
                 // Re-armed on every pass of the loop, so it fires only after
                 // CAUGHT_UP_AFTER without a message: the end of what there was to read.
                 _ = tokio::time::sleep(CAUGHT_UP_AFTER), if flush_when_caught_up => {
                     metrics::caught_up_flush(&self.metrics, self.batch.rows);
+                    self.after_full = false;
                     self.flush().await?;
                 }
                 message = consumer.recv() => {
                     last_message = Instant::now();
+                    // Take what librdkafka already has, up to a chunk, without
+                    // going back through select! per message (recv is cancel-safe).
+                    let mut messages = Vec::with_capacity(normalize::CHUNK);
+                    let mut error = None;
                     let mut next = Some(message);
-                    // Drain what librdkafka already has without going back
-                    // through select! per message (recv is cancel-safe).
-                    let mut drained = 0;
                     while let Some(message) = next.take() {
-                        self.apply_rebalances();
-                        let message = match message {
-                            Ok(message) => message,
+                        match message {
+                            Ok(message) => messages.push(message),
                             Err(source) => {
-                                self.consume_error(source)?;
+                                error = Some(source);
                                 break;
                             }
-                        };
-                        self.handle(&message).await?;
-                        drop(message);
-                        if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
-                            self.flush().await?;
-                            break;
                         }
-                        drained += 1;
-                        if drained < 4096 {
+                        if messages.len() < normalize::CHUNK {
                             next = futures_util::FutureExt::now_or_never(consumer.recv());
                         }
+                    }
+                    self.handle_chunk(&messages).await?;
+                    drop(messages);
+                    if let Some(source) = error {
+                        self.consume_error(source)?;
                     }
                     // The gauge counts what was just read, not what the last tick saw.
                     metrics::inflight(&self.metrics, self.buffered_rows());
@@ -334,7 +347,30 @@ impl Pipeline {
         t
     }
 
-    async fn handle(&mut self, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), IngestError> {
+    /// Normalizes a chunk of messages together, then takes them one by one
+    /// in order; a batch that fills up on the way is handed to the writer.
+    async fn handle_chunk(&mut self, messages: &[rdkafka::message::BorrowedMessage<'_>]) -> Result<(), IngestError> {
+        let received_ms = now_ms();
+        let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload().unwrap_or_default()).collect();
+        let outcomes = self.normalizer.normalize(&payloads, received_ms);
+        for (message, outcome) in messages.iter().zip(outcomes) {
+            self.apply_rebalances();
+            self.handle(message, outcome, received_ms).await?;
+            if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
+                self.after_full = true;
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes one message whose payload normalized to `outcome`.
+    async fn handle(
+        &mut self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        outcome: Result<Normalized, Rejection>,
+        received_ms: i64,
+    ) -> Result<(), IngestError> {
         let (topic, consumed) = self.topic(message.topic());
         let (partition, offset) = (message.partition(), message.offset());
         let key: PartitionKey = (topic.clone(), partition);
@@ -378,9 +414,7 @@ impl Pipeline {
             return Ok(());
         }
 
-        let payload = message.payload().unwrap_or_default();
-        let received_ms = now_ms();
-        match self.contract.normalize(payload, Some(received_ms), &self.hasher) {
+        match outcome {
             Ok(normalized) => {
                 if !normalized.dropped_fields.is_empty() {
                     metrics::fields_dropped(&self.metrics, normalized.dropped_fields.len());
@@ -397,8 +431,8 @@ impl Pipeline {
             }
             Err(rejection) => {
                 metrics::event_rejected(&self.metrics, rejection.reason.as_str());
-                let reject =
-                    Reject { payload: payload.to_vec(), key: message.key().map(<[u8]>::to_vec), rejection, topic, partition, offset, received_ms };
+                let payload = message.payload().unwrap_or_default().to_vec();
+                let reject = Reject { payload, key: message.key().map(<[u8]>::to_vec), rejection, topic, partition, offset, received_ms };
                 self.batch.push_reject(reject, key);
             }
         }
@@ -524,24 +558,28 @@ impl Pipeline {
             self.partitions.clear();
             return Ok(());
         }
-        let batch = Arc::new(std::mem::take(&mut self.batch));
+        let next = Batch::sized_like(&self.batch, self.config.ingest.batch_max_rows);
+        let mut batch = std::mem::replace(&mut self.batch, next);
         // Ids of the batch in flight count as stored: a producer retry read
         // while it is written is dropped (if the write fails, the daemon
         // exits without committing and both are read again).
-        self.recent.extend(batch.request_ids.iter().copied());
-        let (writer, guard, to_write) = (self.writer.clone(), self.gate.enter(), batch.clone());
+        self.recent.extend(std::mem::take(&mut batch.request_ids));
+        let offsets = batch.offsets.clone();
+        let (buffered, stored, rejects) = (batch.rows, batch.days.values().map(Vec::len).sum(), batch.rejects.len());
+        let (writer, guard) = (self.writer.clone(), self.gate.enter());
         let task = tokio::spawn(async move {
-            let result = writer.write(to_write).await;
+            // The rows are freed here, off the pipeline's thread.
+            let result = writer.write(Arc::new(batch)).await;
             drop(guard);
             result
         });
-        self.in_flight = Some(InFlight { batch, task, started: Instant::now() });
+        self.in_flight = Some(InFlight { offsets, buffered, stored, rejects, task, started: Instant::now() });
         Ok(())
     }
 
     /// Rows and rejects read but not yet durable: the filling batch and the one being written.
     fn buffered_rows(&self) -> usize {
-        self.batch.rows + self.in_flight.as_ref().map_or(0, |f| f.batch.rows)
+        self.batch.rows + self.in_flight.as_ref().map_or(0, |f| f.buffered)
     }
 
     /// Waits for the batch in flight, then commits its offsets.
@@ -556,13 +594,12 @@ impl Pipeline {
     /// The batch in flight was written (`result`): on success its offsets
     /// are committed.
     async fn committed(&mut self, result: Result<Result<(), IngestError>, tokio::task::JoinError>) -> Result<(), IngestError> {
-        let Some(InFlight { batch, started, .. }) = self.in_flight.take() else { return Ok(()) };
+        let Some(InFlight { offsets, stored, rejects, started, .. }) = self.in_flight.take() else { return Ok(()) };
         result.map_err(|e| IngestError::Config(format!("writer task: {e}")))??;
-        self.commit(&batch).await?;
-        let rows: usize = batch.days.values().map(Vec::len).sum();
-        self.summary.rows += rows as u64;
-        self.summary.rejects += batch.rejects.len() as u64;
-        metrics::batch_flushed(&self.metrics, rows, batch.rejects.len(), started.elapsed());
+        self.commit(&offsets).await?;
+        self.summary.rows += stored as u64;
+        self.summary.rejects += rejects as u64;
+        metrics::batch_flushed(&self.metrics, stored, rejects, started.elapsed());
         metrics::inflight(&self.metrics, self.buffered_rows());
         Ok(())
     }
@@ -570,9 +607,9 @@ impl Pipeline {
     /// Commits offset + 1 of every partition in the batch that this member
     /// still owns. A failed or skipped commit (say, around a rebalance) loses
     /// nothing: the rows are durable and a replay skips them.
-    async fn commit(&self, batch: &Batch) -> Result<(), IngestError> {
-        let mut tpl = TopicPartitionList::with_capacity(batch.offsets.len());
-        for ((topic, partition), offset) in batch.offsets.iter().filter(|(key, _)| self.partitions.contains_key(*key)) {
+    async fn commit(&self, offsets: &HashMap<PartitionKey, i64>) -> Result<(), IngestError> {
+        let mut tpl = TopicPartitionList::with_capacity(offsets.len());
+        for ((topic, partition), offset) in offsets.iter().filter(|(key, _)| self.partitions.contains_key(*key)) {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset + 1)) {
                 tracing::warn!(%topic, partition, error = %e, "cannot build commit");
             }

@@ -287,6 +287,43 @@ fn partitions_handed_over_while_batches_are_written_lose_and_double_nothing() {
 }
 
 #[test]
+fn the_small_tail_of_a_backlog_is_written_when_the_source_goes_quiet() {
+    // Batches of 500: 1,637 events are three full batches and a tail of 137,
+    // below flush_when_caught_up_rows; batch_max_age is far past the deadline.
+    let addr = inferlog_tests::free_loopback_addr();
+    let extra = format!("batch_max_rows = 500\nflush_when_caught_up_rows = 10000\nbatch_max_age = \"10m\"\nmetrics_addr = \"{addr}\"\n");
+    let s = Scenario::new("tail", 2, &extra);
+    let events = s.produce_generated(1_637, 0.0, 707);
+    let want = valid_count(&events) as u64;
+    let mut child = s.spawn_ingest(None, "ingest.log");
+    wait_for(
+        Duration::from_secs(60),
+        || s.hot_count() == (want, want),
+        || format!("the tail after the full batches is written: {:?} of {want}\n{}", s.hot_count(), s.log("ingest.log")),
+    );
+
+    // A trickle after it is no backlog's tail: it waits for its age (here,
+    // for the SIGTERM's final flush) instead of becoming tiny inserts.
+    let trickle = inferlog_tests::generate(3, 0.0, 708, 1);
+    inferlog_tests::produce(&s.topic, &write_jsonl(s.dir.path(), &trickle));
+    let all_read = format!("inferlog_ingest_messages_total{{topic=\"{}\"}} {}", s.topic, events.len() + 3);
+    wait_for(
+        Duration::from_secs(60),
+        || http_get(&addr, "/metrics").contains(&all_read) && http_get(&addr, "/metrics").contains("inferlog_ingest_inflight_rows 3"),
+        || format!("the trickle is read and buffered: {}\n{}", http_get(&addr, "/metrics"), s.log("ingest.log")),
+    );
+    // Several times the 100 ms quiet period that flushes a tail.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        assert_eq!(s.hot_count().0, want, "a trickle below flush_when_caught_up_rows is not flushed when the source goes quiet");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = sigterm(&mut child, Duration::from_secs(30));
+    assert!(status.success(), "{}", s.log("ingest.log"));
+    assert_eq!(s.hot_count(), (want + 3, want + 3), "the final flush wrote the trickle");
+}
+
+#[test]
 fn sigterm_flushes_commits_and_exits_zero() {
     let addr = inferlog_tests::free_loopback_addr();
     let s = Scenario::static_assignment("sigterm", 4, &format!("batch_max_age = \"30s\"\nmetrics_addr = \"{addr}\"\n"));
