@@ -59,12 +59,40 @@ apt_install() {
 kafka_lib=$tools/kafka-$KAFKA_VERSION/lib
 weed=$tools/seaweedfs-$SEAWEEDFS_VERSION/weed
 
+# Builds the SeaweedFS binary once (about 4 minutes of a fresh machine's 2
+# cores, most of it compiling). `up` runs it in the background while Debian's
+# packages, the Python packages and Kafka's jars are fetched and the other
+# servers start, and waits for it only before starting S3.
+build_seaweedfs() {
+  [ -x "$weed" ] && return 0
+  # `go install …@version` refuses a module whose go.mod has replace
+  # directives (SeaweedFS's has one), so it is built inside the downloaded module.
+  log "building SeaweedFS ($SEAWEEDFS_VERSION) from the Go module proxy in the background (about 4 minutes the first time)"
+  local src
+  src=$(go mod download -json "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') \
+    || { log "downloading SeaweedFS failed"; return 2; }
+  mkdir -p "$(dirname "$weed")"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$weed.tmp" ./weed) >"$dir/seaweedfs-install.log" 2>&1 \
+    || { log "building SeaweedFS failed; see $dir/seaweedfs-install.log"; return 2; }
+  mv "$weed.tmp" "$weed"
+  log "SeaweedFS built"
+}
+
+weed_build=""
+# Waits for the background build started by `install`, if any.
+wait_seaweedfs() {
+  [ -n "$weed_build" ] || return 0
+  wait "$weed_build" || exit 2
+  weed_build=""
+}
+
 install() {
+  command -v go >/dev/null 2>&1 || apt_install golang-go
+  if [ ! -x "$weed" ]; then build_seaweedfs & weed_build=$!; fi
   apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven \
     cmake libcurl4-openssl-dev libssl-dev libsasl2-dev libzstd-dev pkg-config curl
   # The report page's browser test (headless Chromium over the DevTools protocol) and its font.
   apt_install chromium fonts-dejavu-core
-  command -v go >/dev/null 2>&1 || apt_install golang-go
   python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3, websocket-client, pillow)"; python3 -m pip install -q confluent-kafka pyarrow boto3 websocket-client pillow >/dev/null; }
 import confluent_kafka, pyarrow, boto3, websocket, PIL  # noqa: F401
 PY
@@ -75,17 +103,6 @@ PY
       -DoutputDirectory="$kafka_lib" >"$dir/kafka-install.log" 2>&1 \
       || { log "fetching Kafka failed; see $dir/kafka-install.log"; exit 2; }
     ls "$kafka_lib" > "$kafka_lib/.complete"
-  fi
-  if [ ! -x "$weed" ]; then
-    # `go install …@version` refuses a module whose go.mod has replace
-    # directives (SeaweedFS's has one), so it is built inside the downloaded module.
-    log "building SeaweedFS ($SEAWEEDFS_VERSION) from the Go module proxy (about 5 minutes the first time)"
-    local src
-    src=$(go mod download -json "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-    mkdir -p "$(dirname "$weed")"
-    (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$weed.tmp" ./weed) >"$dir/seaweedfs-install.log" 2>&1 \
-      || { log "building SeaweedFS failed; see $dir/seaweedfs-install.log"; exit 2; }
-    mv "$weed.tmp" "$weed"
   fi
 }
 
@@ -353,6 +370,7 @@ case "${1:-}" in
     start_clickhouse
     start_kafka
     kafka_user
+    wait_seaweedfs
     start_s3
     create_topics
     hash_key
