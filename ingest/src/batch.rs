@@ -1,25 +1,37 @@
-//! The batching stage. In: normalized rows and rejects, each with its Kafka
-//! coordinates. Out: a batch that is full (rows, bytes) or old enough to
-//! flush, grouped by UTC day so each day is one atomic INSERT, with the
-//! offset to commit per partition once it is durable.
+//! The batching stage. In: rows already encoded as RowBinary and rejects,
+//! each with its Kafka coordinates. Out: a batch that is full (rows, bytes)
+//! or old enough to flush, grouped by UTC day so each day is one atomic
+//! INSERT, with the offset to commit per partition once it is durable.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use nohash_hasher::IntSet;
 
-use crate::clickhouse_sink::HotRow;
+use crate::clickhouse_sink::EncodedRows;
 use crate::dlq::Reject;
 
 /// A topic partition.
 pub type PartitionKey = (Arc<str>, i32);
 
+/// The encoded rows of one day from one partition, in offset order.
+#[derive(Debug, Default)]
+pub struct Rows {
+    pub bytes: Vec<u8>,
+    pub first_offset: i64,
+    /// Request-id fingerprint of each row.
+    pub fingerprints: Vec<u64>,
+}
+
 /// What is buffered and not yet durable.
 #[derive(Debug, Default)]
 pub struct Batch {
-    pub days: BTreeMap<u16, Vec<HotRow>>,
+    /// Rows per UTC day, then per partition (so a revoked partition's rows
+    /// come out whole, and a day's chunks are sent as they are).
+    pub days: BTreeMap<u16, BTreeMap<PartitionKey, Rows>>,
     pub rejects: Vec<Reject>,
     /// Highest offset handled per partition (stored, rejected or skipped).
     pub offsets: HashMap<PartitionKey, i64>,
@@ -27,20 +39,21 @@ pub struct Batch {
     /// set does not hash them again).
     pub request_ids: IntSet<u64>,
     pub rows: usize,
+    /// Encoded rows and reject payloads, in bytes.
     pub bytes: usize,
     pub started: Option<Instant>,
-    /// Capacity a new day's row vector starts with: the largest day of the
-    /// batch before, so a steady stream fills its vectors without
-    /// reallocating (copying rows of a few hundred bytes) on the way.
-    day_capacity: usize,
+    /// Bytes a new day-and-partition buffer starts with: the largest of the
+    /// batch before, so a steady stream fills its buffers without
+    /// reallocating (copying) them on the way.
+    group_capacity: usize,
 }
 
 impl Batch {
-    /// An empty batch whose day vectors start at the size of the largest
-    /// day of `previous` (at most `max_rows`).
-    pub fn sized_like(previous: &Batch, max_rows: usize) -> Batch {
-        let day_capacity = previous.days.values().map(Vec::len).max().unwrap_or(0).min(max_rows);
-        Batch { day_capacity, ..Batch::default() }
+    /// An empty batch whose buffers start at the size of the largest of
+    /// `previous` (at most `max_bytes`).
+    pub fn sized_like(previous: &Batch, max_bytes: usize) -> Batch {
+        let group_capacity = previous.days.values().flat_map(BTreeMap::values).map(|r| r.bytes.len()).max().unwrap_or(0).min(max_bytes);
+        Batch { group_capacity, ..Batch::default() }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -54,13 +67,19 @@ impl Batch {
         *entry = (*entry).max(offset);
     }
 
-    pub fn push_row(&mut self, row: HotRow, fingerprint: u64, key: PartitionKey, offset: i64) {
-        let bytes = row.size_hint();
-        self.touch(key, offset, bytes);
+    /// Adds one row of `day`, RowBinary-encoded.
+    pub fn push_row(&mut self, day: u16, encoded: &[u8], fingerprint: u64, key: PartitionKey, offset: i64) {
+        self.touch(key.clone(), offset, encoded.len());
         self.request_ids.insert(fingerprint);
         self.rows += 1;
-        let capacity = self.day_capacity;
-        self.days.entry(row.day).or_insert_with(|| Vec::with_capacity(capacity)).push(row);
+        let capacity = self.group_capacity;
+        let rows = self.days.entry(day).or_default().entry(key).or_insert_with(|| Rows {
+            bytes: Vec::with_capacity(capacity),
+            first_offset: offset,
+            fingerprints: Vec::new(),
+        });
+        rows.bytes.extend_from_slice(encoded);
+        rows.fingerprints.push(fingerprint);
     }
 
     pub fn push_reject(&mut self, reject: Reject, key: PartitionKey) {
@@ -84,6 +103,20 @@ impl Batch {
         self.started.map(|s| s + max_age)
     }
 
+    /// Hands the rows over as one INSERT per day, in day order, without
+    /// copying them: each day-and-partition buffer becomes one chunk.
+    pub fn take_days(&mut self) -> Vec<(u16, EncodedRows)> {
+        std::mem::take(&mut self.days)
+            .into_iter()
+            .filter_map(|(day, groups)| {
+                let ((topic, partition), first) = groups.iter().next().map(|(key, rows)| (key.clone(), rows.first_offset))?;
+                let rows = groups.values().map(|r| r.fingerprints.len()).sum();
+                let chunks = groups.into_values().map(|r| Bytes::from(r.bytes)).collect();
+                Some((day, EncodedRows { chunks, first: (topic, partition as u16, first as u64), rows }))
+            })
+            .collect()
+    }
+
     /// Forgets everything of partitions the group took away: their new
     /// owner re-reads it from the last commit.
     pub fn drop_partitions(&mut self, revoked: &[(String, i32)]) {
@@ -91,19 +124,19 @@ impl Batch {
         if !self.offsets.keys().any(|(t, p)| gone(t, *p)) {
             return;
         }
-        for rows in self.days.values_mut() {
-            rows.retain(|r| !gone(&r.kafka_topic, i32::from(r.kafka_partition)));
+        for groups in self.days.values_mut() {
+            groups.retain(|(t, p), _| !gone(t, *p));
         }
-        self.days.retain(|_, rows| !rows.is_empty());
+        self.days.retain(|_, groups| !groups.is_empty());
         self.rejects.retain(|r| !gone(&r.topic, r.partition));
         self.offsets.retain(|(t, p), _| !gone(t, *p));
         // Fingerprints are only a duplicate filter: rebuild from what is left.
-        self.request_ids.clear();
-        let rows: Vec<u64> = self.days.values().flatten().map(|r| fingerprint(&r.request_id)).collect();
-        self.request_ids.extend(rows);
-        self.rows = self.days.values().map(Vec::len).sum::<usize>() + self.rejects.len();
+        let rows = || self.days.values().flat_map(BTreeMap::values);
+        let kept: IntSet<u64> = rows().flat_map(|r| r.fingerprints.iter().copied()).collect();
+        self.rows = rows().map(|r| r.fingerprints.len()).sum::<usize>() + self.rejects.len();
+        self.request_ids = kept;
         if self.offsets.is_empty() {
-            *self = Batch { day_capacity: self.day_capacity, ..Batch::default() };
+            *self = Batch { group_capacity: self.group_capacity, ..Batch::default() };
         }
     }
 }
@@ -151,6 +184,50 @@ impl RecentIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(partition: i32) -> PartitionKey {
+        (Arc::from("events"), partition)
+    }
+
+    #[test]
+    fn rows_are_grouped_by_day_then_partition_and_handed_over_uncopied() {
+        let mut batch = Batch::default();
+        batch.push_row(20_000, b"a1", 1, key(1), 10);
+        batch.push_row(20_001, b"b0", 2, key(0), 5);
+        batch.push_row(20_000, b"a0", 3, key(0), 4);
+        batch.push_row(20_000, b"A1", 4, key(1), 11);
+        batch.push_skipped(key(2), 7);
+        assert_eq!((batch.rows, batch.bytes), (4, 8));
+        assert_eq!(batch.offsets[&key(1)], 11);
+        assert_eq!(batch.offsets[&key(2)], 7, "a skipped message moves the commit point");
+        let next = Batch::sized_like(&batch, 1 << 20);
+        assert_eq!(next.group_capacity, 4, "the largest buffer of the batch before");
+
+        let days = batch.take_days();
+        assert_eq!(days.len(), 2);
+        let (day, rows) = &days[0];
+        assert_eq!(*day, 20_000);
+        assert_eq!(rows.rows, 3);
+        assert_eq!(rows.chunks, vec![Bytes::from_static(b"a0"), Bytes::from_static(b"a1A1")], "partition order, offset order within");
+        assert_eq!(rows.first, (Arc::from("events"), 0, 4));
+        assert_eq!(days[1].1.first, (Arc::from("events"), 0, 5));
+        assert!(batch.days.is_empty());
+    }
+
+    #[test]
+    fn a_revoked_partition_leaves_the_batch_whole() {
+        let mut batch = Batch::default();
+        batch.push_row(20_000, b"x", 1, key(0), 1);
+        batch.push_row(20_000, b"y", 2, key(1), 1);
+        batch.push_row(20_001, b"z", 3, key(1), 2);
+        batch.drop_partitions(&[("events".into(), 1)]);
+        assert_eq!(batch.rows, 1);
+        assert_eq!(batch.request_ids.iter().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(batch.days.len(), 1);
+        assert!(!batch.offsets.contains_key(&key(1)));
+        batch.drop_partitions(&[("events".into(), 0)]);
+        assert!(batch.is_empty() && batch.days.is_empty() && batch.rows == 0);
+    }
 
     #[test]
     fn recent_ids_forget_the_oldest() {

@@ -24,7 +24,8 @@ use crate::error::IngestError;
 pub struct IngestConfig {
     /// Flush when the batch holds this many rows and rejects. Default: 100000.
     pub batch_max_rows: usize,
-    /// Flush when the batch holds this many payload bytes. Default: 33554432 (32 MiB).
+    /// Flush when the batch holds this many bytes: rows as encoded for
+    /// ClickHouse (about 330 bytes each) and rejected payloads. Default: 33554432 (32 MiB).
     pub batch_max_bytes: usize,
     /// Flush a batch at the latest this long after its first message. Default: "1s".
     #[serde(with = "humantime_serde")]

@@ -2,7 +2,8 @@
 //! with rejects to the DLQ. Stages, in data-flow order:
 //!
 //! [`source`] (Kafka consumer group) → [`normalize`] (a chunk of messages
-//! validated and normalized with `inferlog-schema` on a small thread pool)
+//! validated and normalized with `inferlog-schema`, and encoded as
+//! ClickHouse rows, on a small thread pool)
 //! → [`pipeline`] (skip replays and retries, in offset order) → [`batch`]
 //! (per-day batches) → [`writer`] task, one batch in flight: [`clickhouse_sink`]
 //! (hot rows) and [`dlq`] (rejects) → commit.

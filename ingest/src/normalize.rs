@@ -1,24 +1,64 @@
 //! The normalizing stage. In: the payloads of a run of Kafka messages that
-//! librdkafka had ready, with the time they were received. Out: each one's
-//! normalized event or rejection (`inferlog-schema`), in the same order.
+//! librdkafka had ready, with their coordinates and the time they were
+//! received. Out: for each, in the same order, its hot row encoded as
+//! RowBinary (with its UTC day and request-id fingerprint) or its
+//! rejection (`inferlog-schema`).
 //!
-//! Validation is most of ingest's CPU. It is pure, so a chunk is spread
-//! over `ingest.normalize_threads` threads while the pipeline waits; what
-//! is then skipped (replays, producer retries), batched or rejected is
-//! decided by the pipeline, message by message, in offset order.
+//! Validation and encoding are most of ingest's CPU. They are pure, so a
+//! chunk is spread over `ingest.normalize_threads` threads while the
+//! pipeline waits; what is then skipped (replays, producer retries),
+//! batched or rejected is decided by the pipeline, message by message, in
+//! offset order.
 
-use inferlog_schema::{Contract, Normalized, Rejection, UserIdHasher};
+use std::ops::Range;
+use std::sync::Arc;
+
+use inferlog_schema::{Contract, Rejection, UserIdHasher};
 use rayon::prelude::*;
 
+use crate::batch::fingerprint;
+use crate::clickhouse_sink::HotRow;
 use crate::error::IngestError;
 
 /// The most messages normalized together: a few milliseconds of work, so
 /// the pipeline's other duties (commits, rebalances, timers) wait no longer.
 pub const CHUNK: usize = 2048;
 
-/// Below this many payloads a chunk is normalized on the calling thread:
+/// Messages one thread takes at a time: their rows share one buffer.
+const PIECE: usize = 128;
+
+/// Below this many messages a chunk is normalized on the calling thread:
 /// handing it to the pool would cost more than it saves.
 const PARALLEL_FROM: usize = 64;
+
+/// One message to normalize.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub payload: &'a [u8],
+    pub topic: &'a Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// What one message became.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A valid event: its row is `range` of its piece's bytes.
+    Row {
+        day: u16,
+        fingerprint: u64,
+        range: Range<usize>,
+        dropped_fields: usize,
+    },
+    Rejected(Rejection),
+}
+
+/// Consecutive messages' outcomes, and the bytes their rows are encoded in.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Piece {
+    pub bytes: Vec<u8>,
+    pub outcomes: Vec<Outcome>,
+}
 
 /// The contract, the user-id hasher and the threads that apply them.
 #[derive(Debug)]
@@ -45,14 +85,34 @@ impl Normalizer {
         Ok(Normalizer { contract, hasher, pool })
     }
 
-    /// Normalizes every payload, as received at `received_ms`. Blocks the
-    /// calling thread until the whole chunk is done.
-    pub fn normalize(&self, payloads: &[&[u8]], received_ms: i64) -> Vec<Result<Normalized, Rejection>> {
-        let one = |payload: &&[u8]| self.contract.normalize(payload, Some(received_ms), &self.hasher);
+    /// Normalizes and encodes every message, as received at `received_ms`;
+    /// the pieces hold the outcomes in input order. Blocks the calling
+    /// thread until the whole chunk is done.
+    pub fn normalize(&self, inputs: &[Input<'_>], received_ms: i64) -> Vec<Piece> {
+        let piece = |inputs: &[Input<'_>]| self.piece(inputs, received_ms);
         match &self.pool {
-            Some(pool) if payloads.len() >= PARALLEL_FROM => pool.install(|| payloads.par_iter().map(one).collect()),
-            _ => payloads.iter().map(one).collect(),
+            Some(pool) if inputs.len() >= PARALLEL_FROM => pool.install(|| inputs.par_chunks(PIECE).map(piece).collect()),
+            _ => inputs.chunks(PIECE).map(piece).collect(),
         }
+    }
+
+    fn piece(&self, inputs: &[Input<'_>], received_ms: i64) -> Piece {
+        let mut piece = Piece { bytes: Vec::with_capacity(inputs.len() * 384), outcomes: Vec::with_capacity(inputs.len()) };
+        let ingested_at = (received_ms / 1000) as u32;
+        for input in inputs {
+            let outcome = match self.contract.normalize(input.payload, Some(received_ms), &self.hasher) {
+                Ok(normalized) => {
+                    let fingerprint = fingerprint(&normalized.event.request_id);
+                    let row = HotRow::new(normalized.event, input.topic.clone(), input.partition, input.offset, ingested_at);
+                    let start = piece.bytes.len();
+                    row.encode(&mut piece.bytes);
+                    Outcome::Row { day: row.day, fingerprint, range: start..piece.bytes.len(), dropped_fields: normalized.dropped_fields.len() }
+                }
+                Err(rejection) => Outcome::Rejected(rejection),
+            };
+            piece.outcomes.push(outcome);
+        }
+        piece
     }
 }
 
@@ -69,21 +129,64 @@ mod tests {
         Normalizer::new(contract, hasher, threads).expect("pool")
     }
 
+    /// Outcomes in input order, each row with its own bytes.
+    fn flat(pieces: &[Piece]) -> Vec<(Outcome, Vec<u8>)> {
+        pieces
+            .iter()
+            .flat_map(|p| {
+                p.outcomes.iter().map(|o| {
+                    let bytes = match o {
+                        Outcome::Row { range, .. } => p.bytes[range.clone()].to_vec(),
+                        Outcome::Rejected(_) => Vec::new(),
+                    };
+                    let o = match o {
+                        Outcome::Row { day, fingerprint, dropped_fields, .. } => {
+                            Outcome::Row { day: *day, fingerprint: *fingerprint, range: 0..0, dropped_fields: *dropped_fields }
+                        }
+                        other => other.clone(),
+                    };
+                    (o, bytes)
+                })
+            })
+            .collect()
+    }
+
     /// The pool gives, in order, exactly what one thread gives, rejects
-    /// included (10% of the generated events are broken on purpose).
+    /// included (10% of the generated events are broken on purpose), and
+    /// each row is the event's hot row, encoded.
     #[test]
     fn parallel_chunks_match_the_sequential_result_in_order() {
         let config = GeneratorConfig { seed: 7, days: 1, end_ms: 1_793_491_200_000, invalid_ratio: 0.1 };
         let lines: Vec<Vec<u8>> = Generator::new(config).take(CHUNK + 17).map(|e| e.line).collect();
-        let payloads: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
+        let topic: Arc<str> = Arc::from("events");
+        let inputs: Vec<Input<'_>> =
+            lines.iter().enumerate().map(|(i, l)| Input { payload: l, topic: &topic, partition: 3, offset: i as i64 }).collect();
         let received_ms = 1_793_491_200_000;
-        let sequential = normalizer(1).normalize(&payloads, received_ms);
-        let parallel = normalizer(3).normalize(&payloads, received_ms);
-        assert_eq!(sequential.len(), payloads.len());
-        assert!(sequential.iter().any(Result::is_err) && sequential.iter().any(Result::is_ok), "both outcomes are exercised");
+        let sequential = flat(&normalizer(1).normalize(&inputs, received_ms));
+        let parallel = flat(&normalizer(3).normalize(&inputs, received_ms));
+        assert_eq!(sequential.len(), inputs.len());
+        assert!(sequential.iter().any(|(o, _)| matches!(o, Outcome::Rejected(_))), "rejects are exercised");
         assert_eq!(parallel, sequential);
         // A short chunk takes the calling thread's path and agrees too.
-        assert_eq!(normalizer(3).normalize(&payloads[..5], received_ms), sequential[..5].to_vec());
+        assert_eq!(flat(&normalizer(3).normalize(&inputs[..5], received_ms)), sequential[..5].to_vec());
+
+        let contract = Contract::new(&ContractConfig::default()).expect("default contract");
+        let hasher = UserIdHasher::new(b"normalize-test-key-0123456789abcdef", None, "test").expect("key");
+        for (i, (outcome, bytes)) in sequential.iter().enumerate() {
+            match (outcome, contract.normalize(&lines[i], Some(received_ms), &hasher)) {
+                (Outcome::Row { day, fingerprint: f, dropped_fields, .. }, Ok(normalized)) => {
+                    assert_eq!(*f, fingerprint(&normalized.event.request_id));
+                    assert_eq!(*dropped_fields, normalized.dropped_fields.len());
+                    let row = HotRow::new(normalized.event, topic.clone(), 3, i as i64, (received_ms / 1000) as u32);
+                    assert_eq!(*day, row.day);
+                    let mut want = Vec::new();
+                    row.encode(&mut want);
+                    assert_eq!(*bytes, want, "message {i}");
+                }
+                (Outcome::Rejected(r), Err(want)) => assert_eq!(*r, want),
+                (got, want) => panic!("message {i}: {got:?} against {want:?}"),
+            }
+        }
     }
 
     #[test]

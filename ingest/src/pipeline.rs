@@ -19,20 +19,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inferlog_schema::{Contract, Normalized, Rejection, UserIdHasher};
+use inferlog_schema::{Contract, UserIdHasher};
 use inferlog_store::retry::{self, Retryable};
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
-use crate::batch::{fingerprint, Batch, PartitionKey, RecentIds};
-use crate::clickhouse_sink::{ClickHouseSink, HotRow};
+use crate::batch::{Batch, PartitionKey, RecentIds};
+use crate::clickhouse_sink::ClickHouseSink;
 use crate::config::Config;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
-use crate::normalize::{self, Normalizer};
+use crate::normalize::{self, Input, Normalizer, Outcome};
 use crate::offsets::{self, Delivery, DrainState, PartitionEnd, PartitionState};
 use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
 use crate::writer::Writer;
@@ -351,24 +351,35 @@ impl Pipeline {
     /// in order; a batch that fills up on the way is handed to the writer.
     async fn handle_chunk(&mut self, messages: &[rdkafka::message::BorrowedMessage<'_>]) -> Result<(), IngestError> {
         let received_ms = now_ms();
-        let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload().unwrap_or_default()).collect();
-        let outcomes = self.normalizer.normalize(&payloads, received_ms);
-        for (message, outcome) in messages.iter().zip(outcomes) {
-            self.apply_rebalances();
-            self.handle(message, outcome, received_ms).await?;
-            if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
-                self.after_full = true;
-                self.flush().await?;
+        let topics: Vec<Arc<str>> = messages.iter().map(|m| self.topic(m.topic()).0).collect();
+        let inputs: Vec<Input<'_>> = messages
+            .iter()
+            .zip(&topics)
+            .map(|(m, topic)| Input { payload: m.payload().unwrap_or_default(), topic, partition: m.partition(), offset: m.offset() })
+            .collect();
+        let pieces = self.normalizer.normalize(&inputs, received_ms);
+        let mut messages = messages.iter();
+        for piece in pieces {
+            for outcome in piece.outcomes {
+                let Some(message) = messages.next() else { break };
+                self.apply_rebalances();
+                self.handle(message, outcome, &piece.bytes, received_ms).await?;
+                if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
+                    self.after_full = true;
+                    self.flush().await?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Takes one message whose payload normalized to `outcome`.
+    /// Takes one message whose payload normalized to `outcome` (a row
+    /// encoded in `encoded`, or a rejection).
     async fn handle(
         &mut self,
         message: &rdkafka::message::BorrowedMessage<'_>,
-        outcome: Result<Normalized, Rejection>,
+        outcome: Outcome,
+        encoded: &[u8],
         received_ms: i64,
     ) -> Result<(), IngestError> {
         let (topic, consumed) = self.topic(message.topic());
@@ -415,21 +426,19 @@ impl Pipeline {
         }
 
         match outcome {
-            Ok(normalized) => {
-                if !normalized.dropped_fields.is_empty() {
-                    metrics::fields_dropped(&self.metrics, normalized.dropped_fields.len());
+            Outcome::Row { day, fingerprint: id, range, dropped_fields } => {
+                if dropped_fields > 0 {
+                    metrics::fields_dropped(&self.metrics, dropped_fields);
                 }
-                let id = fingerprint(&normalized.event.request_id);
                 if self.recent.contains(id) || self.batch.request_ids.contains(&id) {
                     metrics::duplicate_skipped(&self.metrics, "request_id");
                     self.summary.duplicates += 1;
                     self.batch.push_skipped(key, offset);
                     return Ok(());
                 }
-                let row = HotRow::new(normalized.event, topic.clone(), partition, offset, (received_ms / 1000) as u32);
-                self.batch.push_row(row, id, key, offset);
+                self.batch.push_row(day, &encoded[range], id, key, offset);
             }
-            Err(rejection) => {
+            Outcome::Rejected(rejection) => {
                 metrics::event_rejected(&self.metrics, rejection.reason.as_str());
                 let payload = message.payload().unwrap_or_default().to_vec();
                 let reject = Reject { payload, key: message.key().map(<[u8]>::to_vec), rejection, topic, partition, offset, received_ms };
@@ -558,18 +567,19 @@ impl Pipeline {
             self.partitions.clear();
             return Ok(());
         }
-        let next = Batch::sized_like(&self.batch, self.config.ingest.batch_max_rows);
+        let next = Batch::sized_like(&self.batch, self.config.ingest.batch_max_bytes);
         let mut batch = std::mem::replace(&mut self.batch, next);
         // Ids of the batch in flight count as stored: a producer retry read
         // while it is written is dropped (if the write fails, the daemon
         // exits without committing and both are read again).
         self.recent.extend(std::mem::take(&mut batch.request_ids));
         let offsets = batch.offsets.clone();
-        let (buffered, stored, rejects) = (batch.rows, batch.days.values().map(Vec::len).sum(), batch.rejects.len());
+        let (buffered, rejects) = (batch.rows, batch.rejects.len());
+        let stored = buffered - rejects;
         let (writer, guard) = (self.writer.clone(), self.gate.enter());
         let task = tokio::spawn(async move {
             // The rows are freed here, off the pipeline's thread.
-            let result = writer.write(Arc::new(batch)).await;
+            let result = writer.write(batch).await;
             drop(guard);
             result
         });

@@ -108,12 +108,12 @@ impl Writer {
     /// Makes the batch durable: rows per day, then rejects to the DLQ (a
     /// produce failure is retried and blocks the commit, never drops a
     /// reject), then their log.
-    pub async fn write(&self, batch: Arc<Batch>) -> Result<(), IngestError> {
-        for &day in batch.days.keys() {
-            let b = batch.clone();
+    pub async fn write(&self, mut batch: Batch) -> Result<(), IngestError> {
+        for (_day, rows) in batch.take_days() {
+            let rows = Arc::new(rows);
             self.retry("insert rows", move |sink, retry| {
-                let b = b.clone();
-                async move { sink.insert_rows(&b.days[&day], retry).await }
+                let rows = rows.clone();
+                async move { sink.insert_rows(&rows, retry).await }
             })
             .await?;
         }

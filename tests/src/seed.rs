@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use inferlog_ingest::clickhouse_sink::{ClickHouseSink, HotRow};
+use inferlog_ingest::clickhouse_sink::{ClickHouseSink, EncodedRows, HotRow};
 use inferlog_schema::generate::{Generator, GeneratorConfig};
 use inferlog_schema::hash::UserIdHasher;
 use inferlog_schema::{Contract, ContractConfig, InferenceEvent};
@@ -44,8 +44,18 @@ pub fn insert_hot(clickhouse_url: &str, database: &str, table: &str, events: &[I
         rows.sort_by_key(|r| (r.day, r.kafka_offset));
         for day_rows in rows.chunk_by(|a, b| a.day == b.day) {
             for chunk in day_rows.chunks(100_000) {
-                sink.insert_rows(chunk, false).await.expect("insert seeded rows");
+                sink.insert_rows(&encoded(chunk), false).await.expect("insert seeded rows");
             }
         }
     });
+}
+
+/// `rows` (of one day) encoded as ingest sends them: one INSERT, one chunk.
+pub fn encoded(rows: &[HotRow]) -> EncodedRows {
+    let mut bytes = Vec::new();
+    for row in rows {
+        row.encode(&mut bytes);
+    }
+    let first = rows.first().map_or_else(|| (Arc::from(""), 0, 0), |r| (r.kafka_topic.clone(), r.kafka_partition, r.kafka_offset));
+    EncodedRows { chunks: vec![bytes::Bytes::from(bytes)], first, rows: rows.len() }
 }

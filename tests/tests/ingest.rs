@@ -286,6 +286,102 @@ fn partitions_handed_over_while_batches_are_written_lose_and_double_nothing() {
     }
 }
 
+/// The rows ingest encodes itself are, byte for byte as ClickHouse stores
+/// them, the rows the `clickhouse` crate's serializer sends for the same
+/// `HotRow`s: every column, NULL and set, long and non-ASCII strings.
+#[test]
+fn encoded_rows_are_stored_exactly_as_the_clickhouse_crates_own_rows() {
+    use inferlog_ingest::clickhouse_sink::{ClickHouseSink, HotRow};
+    use inferlog_store::ClickHouseConfig;
+    use std::sync::Arc;
+
+    let id = inferlog_tests::unique("encode");
+    let config = |table: &str| ClickHouseConfig {
+        url: inferlog_tests::clickhouse_url(),
+        database: "inferlog_test".into(),
+        table: table.into(),
+        rejects_table: format!("{table}_rejects"),
+        ..ClickHouseConfig::default()
+    };
+    let (typed, encoded) = (format!("{id}_typed"), format!("{id}_encoded"));
+    let topic: Arc<str> = Arc::from("encode-topic");
+    let end_ms = inferlog_tests::now_ms() - 86_400_000;
+    let mut rows: Vec<HotRow> = inferlog_tests::seed::seeded_events(200, 1, end_ms, 909)
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| HotRow::new(e, topic.clone(), 5, i as i64, 1_800_000_000))
+        .collect();
+    let template = rows[0].clone();
+    let long = "é-ü-東京-".repeat(40);
+    rows.push(HotRow {
+        request_id: long.clone(),
+        business_line: "x".repeat(128),
+        error_code: -7,
+        error_stage: Some("decode"),
+        user_id_hash: Some(long.clone()),
+        tenant: Some(String::new()),
+        session_id: Some("s".repeat(16_500)),
+        request_type: Some("chat".into()),
+        queue_wait_ms: Some(0.5),
+        prefill_time_ms: Some(1e-9),
+        decode_time_ms: Some(123_456.789),
+        ttft_ms: Some(f64::MAX),
+        tpot_ms: Some(-0.0),
+        gpu_id: Some(u32::MAX),
+        batch_size: Some(0),
+        cache_hit: Some(1),
+        cache_prefix_tokens: Some(4096),
+        gpu_mem_peak_mb: Some(80_000.25),
+        truncated: Some(0),
+        kafka_partition: u16::MAX,
+        kafka_offset: u64::MAX >> 1,
+        ..template.clone()
+    });
+    rows.push(HotRow {
+        request_id: "all-null".into(),
+        error_stage: None,
+        user_id_hash: None,
+        tenant: None,
+        session_id: None,
+        request_type: None,
+        queue_wait_ms: None,
+        prefill_time_ms: None,
+        decode_time_ms: None,
+        ttft_ms: None,
+        tpot_ms: None,
+        gpu_id: None,
+        batch_size: None,
+        cache_hit: None,
+        cache_prefix_tokens: None,
+        gpu_mem_peak_mb: None,
+        truncated: None,
+        kafka_offset: 999_999,
+        ..template
+    });
+    let day = rows[0].day;
+    rows.iter_mut().for_each(|r| r.day = day);
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let typed_sink = ClickHouseSink::new(&config(&typed)).expect("sink");
+        typed_sink.ensure_schema().await.expect("typed table");
+        let client = config(&typed).client().expect("client").with_database("inferlog_test");
+        let mut insert = client.insert::<HotRow>(&typed).await.expect("typed insert");
+        for row in &rows {
+            insert.write(row).await.expect("typed row");
+        }
+        insert.end().await.expect("typed insert ends");
+
+        let sink = ClickHouseSink::new(&config(&encoded)).expect("sink");
+        sink.ensure_schema().await.expect("encoded table");
+        sink.insert_rows(&inferlog_tests::seed::encoded(&rows), false).await.expect("encoded insert");
+    });
+    let all = |table: &str| inferlog_tests::clickhouse(&format!("SELECT * FROM inferlog_test.{table} ORDER BY kafka_offset FORMAT TabSeparated"));
+    let (want, got) = (all(&typed), all(&encoded));
+    assert_eq!(want.lines().count(), rows.len());
+    assert!(got == want, "encoded rows differ from the crate's:\n{got}\n--- want ---\n{want}");
+}
+
 #[test]
 fn the_small_tail_of_a_backlog_is_written_when_the_source_goes_quiet() {
     // Batches of 500: 1,637 events are three full batches and a tail of 137,
