@@ -97,7 +97,6 @@ struct InFlight {
     offsets: HashMap<PartitionKey, i64>,
     /// Rows and rejects, as counted by the batch.
     buffered: usize,
-    stored: usize,
     rejects: usize,
     task: tokio::task::JoinHandle<Result<(), IngestError>>,
     started: Instant,
@@ -351,19 +350,20 @@ impl Pipeline {
     /// in order; a batch that fills up on the way is handed to the writer.
     async fn handle_chunk(&mut self, messages: &[rdkafka::message::BorrowedMessage<'_>]) -> Result<(), IngestError> {
         let received_ms = now_ms();
-        let topics: Vec<Arc<str>> = messages.iter().map(|m| self.topic(m.topic()).0).collect();
+        // Each message's topic name and consumed counter, looked up once.
+        let topics: Vec<(Arc<str>, prometheus::IntCounter)> = messages.iter().map(|m| self.topic(m.topic())).collect();
         let inputs: Vec<Input<'_>> = messages
             .iter()
             .zip(&topics)
-            .map(|(m, topic)| Input { payload: m.payload().unwrap_or_default(), topic, partition: m.partition(), offset: m.offset() })
+            .map(|(m, (topic, _))| Input { payload: m.payload().unwrap_or_default(), topic, partition: m.partition(), offset: m.offset() })
             .collect();
         let pieces = self.normalizer.normalize(&inputs, received_ms);
-        let mut messages = messages.iter();
+        let mut messages = messages.iter().zip(topics);
         for piece in pieces {
             for outcome in piece.outcomes {
-                let Some(message) = messages.next() else { break };
+                let Some((message, topic)) = messages.next() else { break };
                 self.apply_rebalances();
-                self.handle(message, outcome, &piece.bytes, received_ms).await?;
+                self.handle(message, topic, outcome, &piece.bytes, received_ms).await?;
                 if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
                     self.after_full = true;
                     self.flush().await?;
@@ -378,11 +378,11 @@ impl Pipeline {
     async fn handle(
         &mut self,
         message: &rdkafka::message::BorrowedMessage<'_>,
+        (topic, consumed): (Arc<str>, prometheus::IntCounter),
         outcome: Outcome,
         encoded: &[u8],
         received_ms: i64,
     ) -> Result<(), IngestError> {
-        let (topic, consumed) = self.topic(message.topic());
         let (partition, offset) = (message.partition(), message.offset());
         let key: PartitionKey = (topic.clone(), partition);
 
@@ -575,7 +575,6 @@ impl Pipeline {
         self.recent.extend(std::mem::take(&mut batch.request_ids));
         let offsets = batch.offsets.clone();
         let (buffered, rejects) = (batch.rows, batch.rejects.len());
-        let stored = buffered - rejects;
         let (writer, guard) = (self.writer.clone(), self.gate.enter());
         let task = tokio::spawn(async move {
             // The rows are freed here, off the pipeline's thread.
@@ -583,7 +582,7 @@ impl Pipeline {
             drop(guard);
             result
         });
-        self.in_flight = Some(InFlight { offsets, buffered, stored, rejects, task, started: Instant::now() });
+        self.in_flight = Some(InFlight { offsets, buffered, rejects, task, started: Instant::now() });
         Ok(())
     }
 
@@ -604,7 +603,8 @@ impl Pipeline {
     /// The batch in flight was written (`result`): on success its offsets
     /// are committed.
     async fn committed(&mut self, result: Result<Result<(), IngestError>, tokio::task::JoinError>) -> Result<(), IngestError> {
-        let Some(InFlight { offsets, stored, rejects, started, .. }) = self.in_flight.take() else { return Ok(()) };
+        let Some(InFlight { offsets, buffered, rejects, started, .. }) = self.in_flight.take() else { return Ok(()) };
+        let stored = buffered - rejects;
         result.map_err(|e| IngestError::Config(format!("writer task: {e}")))??;
         self.commit(&offsets).await?;
         self.summary.rows += stored as u64;
