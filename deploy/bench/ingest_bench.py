@@ -16,7 +16,8 @@ window it samples the CPU time of every process on the machine (from
 /proc), so the JSON also says where the cores went: the process under
 test, ClickHouse (`clickhouse-serv`), the broker (`java`). Prints per-run
 figures and medians as JSON. Needs `deploy/local/services.sh up` and
-release binaries (cargo build --release --bins).
+release binaries (cargo build --release --bins), or INFERLOG_BIN_DIR
+naming the directory of another build.
 
   deploy/bench/ingest_bench.py [--events 200000] [--runs 3]
 """
@@ -37,7 +38,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CH = os.environ.get("INFERLOG_TEST_CLICKHOUSE_URL", "http://127.0.0.1:8123")
 BROKERS = os.environ.get("INFERLOG_TEST_KAFKA_BROKERS", "127.0.0.1:9092")
 KAFKATOOL = os.path.join(REPO, "deploy/local/kafkatool.py")
-BIN = os.path.join(REPO, "target/release")
+# INFERLOG_BIN_DIR: another build to time side by side (a baseline checkout's target/release).
+BIN = os.environ.get("INFERLOG_BIN_DIR", os.path.join(REPO, "target/release"))
 
 
 class CpuSampler(threading.Thread):

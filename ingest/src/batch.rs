@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use nohash_hasher::IntSet;
 
 use crate::clickhouse_sink::EncodedRows;
@@ -20,7 +20,7 @@ pub type PartitionKey = (Arc<str>, i32);
 /// The encoded rows of one day from one partition, in offset order.
 #[derive(Debug, Default)]
 pub struct Rows {
-    pub bytes: Vec<u8>,
+    pub bytes: BytesMut,
     pub first_offset: i64,
     /// Request-id fingerprint of each row.
     pub fingerprints: Vec<u64>,
@@ -46,6 +46,52 @@ pub struct Batch {
     /// batch before, so a steady stream fills its buffers without
     /// reallocating (copying) them on the way.
     group_capacity: usize,
+    /// Where new buffers come from and written ones go back to.
+    pool: BufferPool,
+}
+
+/// Row buffers handed back by the writer once their rows are durable, for
+/// the batches that follow: a steady stream writes into memory it already
+/// has instead of mapping (and page-faulting) a batch's worth of fresh
+/// memory every time (see [`crate::memory`] for why large blocks are
+/// fresh mappings).
+#[derive(Debug, Clone, Default)]
+pub struct BufferPool {
+    free: Arc<Mutex<Vec<BytesMut>>>,
+}
+
+impl BufferPool {
+    fn free(&self) -> std::sync::MutexGuard<'_, Vec<BytesMut>> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An empty buffer: a written one if there is one (it keeps its size),
+    /// otherwise a new one of `capacity` bytes.
+    fn take(&self, capacity: usize) -> BytesMut {
+        self.free().pop().unwrap_or_else(|| BytesMut::with_capacity(capacity))
+    }
+
+    /// Takes back the buffers of written rows that nothing else holds,
+    /// while the pool holds less than `max_bytes`; the rest are freed.
+    pub fn put(&self, rows: EncodedRows, max_bytes: usize) {
+        let mut free = self.free();
+        let mut held: usize = free.iter().map(BytesMut::capacity).sum();
+        for chunk in rows.chunks {
+            let Ok(mut buffer) = chunk.try_into_mut() else { continue };
+            if held + buffer.capacity() > max_bytes {
+                break;
+            }
+            buffer.clear();
+            held += buffer.capacity();
+            free.push(buffer);
+        }
+    }
+
+    /// Buffers held, and their bytes.
+    pub fn held(&self) -> (usize, usize) {
+        let free = self.free();
+        (free.len(), free.iter().map(BytesMut::capacity).sum())
+    }
 }
 
 impl Batch {
@@ -53,7 +99,17 @@ impl Batch {
     /// `previous` (at most `max_bytes`).
     pub fn sized_like(previous: &Batch, max_bytes: usize) -> Batch {
         let group_capacity = previous.days.values().flat_map(BTreeMap::values).map(|r| r.bytes.len()).max().unwrap_or(0).min(max_bytes);
-        Batch { group_capacity, ..Batch::default() }
+        Batch { group_capacity, pool: previous.pool.clone(), ..Batch::default() }
+    }
+
+    /// An empty batch with the same buffer pool.
+    pub fn emptied(&self) -> Batch {
+        Batch { group_capacity: self.group_capacity, pool: self.pool.clone(), ..Batch::default() }
+    }
+
+    /// Where this batch's buffers go back to once written.
+    pub fn pool(&self) -> BufferPool {
+        self.pool.clone()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -72,9 +128,9 @@ impl Batch {
         self.touch(key.clone(), offset, encoded.len());
         self.request_ids.insert(fingerprint);
         self.rows += 1;
-        let capacity = self.group_capacity;
+        let (capacity, pool) = (self.group_capacity, &self.pool);
         let rows = self.days.entry(day).or_default().entry(key).or_insert_with(|| Rows {
-            bytes: Vec::with_capacity(capacity),
+            bytes: pool.take(capacity),
             first_offset: offset,
             fingerprints: Vec::new(),
         });
@@ -111,7 +167,7 @@ impl Batch {
             .filter_map(|(day, groups)| {
                 let ((topic, partition), first) = groups.iter().next().map(|(key, rows)| (key.clone(), rows.first_offset))?;
                 let rows = groups.values().map(|r| r.fingerprints.len()).sum();
-                let chunks = groups.into_values().map(|r| Bytes::from(r.bytes)).collect();
+                let chunks = groups.into_values().map(|r| r.bytes.freeze()).collect();
                 Some((day, EncodedRows { chunks, first: (topic, partition as u16, first as u64), rows }))
             })
             .collect()
@@ -136,7 +192,7 @@ impl Batch {
         self.rows = rows().map(|r| r.fingerprints.len()).sum::<usize>() + self.rejects.len();
         self.request_ids = kept;
         if self.offsets.is_empty() {
-            *self = Batch { group_capacity: self.group_capacity, ..Batch::default() };
+            *self = self.emptied();
         }
     }
 }
@@ -184,6 +240,7 @@ impl RecentIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn key(partition: i32) -> PartitionKey {
         (Arc::from("events"), partition)
@@ -212,6 +269,31 @@ mod tests {
         assert_eq!(rows.first, (Arc::from("events"), 0, 4));
         assert_eq!(days[1].1.first, (Arc::from("events"), 0, 5));
         assert!(batch.days.is_empty());
+    }
+
+    #[test]
+    fn written_buffers_are_written_into_again_up_to_the_bound() {
+        let mut batch = Batch::default();
+        batch.push_row(20_000, b"a0", 1, key(0), 1);
+        batch.push_row(20_000, b"b0", 2, key(1), 1);
+        let pool = batch.pool();
+        let (_, rows) = batch.take_days().remove(0);
+        let reusable = rows.chunks[0].as_ptr();
+        // A retry still holding a buffer keeps it: the pool takes only what nothing else holds.
+        let still_held = rows.chunks[1].clone();
+        pool.put(rows, 1 << 20);
+        assert_eq!(pool.held().0, 1);
+
+        let mut next = Batch::sized_like(&batch, 1 << 20);
+        next.push_row(20_001, b"c", 3, key(0), 2);
+        assert_eq!(pool.held(), (0, 0), "the new batch took the written buffer");
+        let (_, rows) = next.take_days().remove(0);
+        assert_eq!(rows.chunks, vec![Bytes::from_static(b"c")], "the old rows are gone from it");
+        assert_eq!(rows.chunks[0].as_ptr(), reusable, "the same memory, not a new buffer");
+        assert_eq!(still_held, Bytes::from_static(b"b0"));
+
+        pool.put(rows, 0);
+        assert_eq!(pool.held(), (0, 0), "past the bound a buffer is freed");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod clickhouse_sink;
 pub mod config;
 pub mod dlq;
 pub mod error;
+pub mod memory;
 pub mod metrics;
 pub mod normalize;
 pub mod offsets;

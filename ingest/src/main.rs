@@ -23,6 +23,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    inferlog_ingest::memory::fix_mmap_threshold();
     inferlog_store::cli::init_logging();
     let cli = Cli::parse();
     let config = match Config::load(&cli.config) {

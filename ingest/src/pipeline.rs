@@ -563,7 +563,7 @@ impl Pipeline {
             // drops the partitions' state.
             tracing::warn!(rows = self.batch.rows, "group session lost: the unwritten batch is dropped, its messages are read again");
             metrics::session_lost(&self.metrics);
-            self.batch = Batch::default();
+            self.batch = self.batch.emptied();
             self.partitions.clear();
             return Ok(());
         }

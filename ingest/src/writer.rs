@@ -109,13 +109,20 @@ impl Writer {
     /// produce failure is retried and blocks the commit, never drops a
     /// reject), then their log.
     pub async fn write(&self, mut batch: Batch) -> Result<(), IngestError> {
+        let pool = batch.pool();
         for (_day, rows) in batch.take_days() {
             let rows = Arc::new(rows);
+            let attempt = rows.clone();
             self.retry("insert rows", move |sink, retry| {
-                let rows = rows.clone();
+                let rows = attempt.clone();
                 async move { sink.insert_rows(&rows, retry).await }
             })
             .await?;
+            // Written: its buffers serve the batches that follow. One batch
+            // fills meanwhile, so the pool keeps at most another batch's worth.
+            if let Ok(rows) = Arc::try_unwrap(rows) {
+                pool.put(rows, self.config.batch_max_bytes);
+            }
         }
         if batch.rejects.is_empty() {
             return Ok(());
