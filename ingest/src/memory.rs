@@ -9,8 +9,10 @@
 //! first few batches the large blocks therefore come from glibc's heaps,
 //! one per thread, where freed memory stays resident and fragmented.
 //! Setting the threshold explicitly turns that raising off: on the
-//! benchmark's 1,000,000 events the peak RSS went from 209–229 MB to
-//! 136–141 MB (`docs/performance.md`). An operator who sets
+//! benchmark's 1,000,000 events the peak RSS went from 209–239 MB to
+//! 135–146 MB, and to 163–169 MB once the written row buffers were kept
+//! for reuse ([`crate::batch::BufferPool`], which saves the page faults of
+//! fresh memory for every batch; `docs/performance.md`). An operator who sets
 //! `MALLOC_MMAP_THRESHOLD_` keeps their value; other allocators (musl) are
 //! left alone.
 
