@@ -88,7 +88,8 @@ impl BufferPool {
     }
 
     /// Buffers held, and their bytes.
-    pub fn held(&self) -> (usize, usize) {
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
         let free = self.free();
         (free.len(), free.iter().map(BytesMut::capacity).sum())
     }
@@ -99,7 +100,7 @@ impl Batch {
     /// `previous` (at most `max_bytes`).
     pub fn sized_like(previous: &Batch, max_bytes: usize) -> Batch {
         let group_capacity = previous.days.values().flat_map(BTreeMap::values).map(|r| r.bytes.len()).max().unwrap_or(0).min(max_bytes);
-        Batch { group_capacity, pool: previous.pool.clone(), ..Batch::default() }
+        Batch { group_capacity, ..previous.emptied() }
     }
 
     /// An empty batch with the same buffer pool.

@@ -20,12 +20,11 @@
 pub const MMAP_THRESHOLD: usize = 128 * 1024;
 
 /// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`] unless the
-/// environment sets one. Returns whether it did.
-pub fn fix_mmap_threshold() -> bool {
-    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() {
-        return false;
+/// environment sets one.
+pub fn fix_mmap_threshold() {
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        set_threshold();
     }
-    set_threshold()
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
