@@ -14,16 +14,24 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::{stream, StreamExt as _, TryStreamExt as _};
 use inferlog_schema::ErrorClass;
 use inferlog_store::retry::{self, Retryable};
 use tokio::sync::watch;
 
-use crate::batch::Batch;
-use crate::clickhouse_sink::{ClickHouseSink, RejectRow};
+use crate::batch::{Batch, BufferPool};
+use crate::clickhouse_sink::{ClickHouseSink, EncodedRows, RejectRow};
 use crate::config::IngestConfig;
 use crate::dlq::{Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
+
+/// Days of one batch inserted at once. Each day is its own INSERT (its
+/// own part, its own retry), and ClickHouse runs an INSERT on one thread:
+/// two at a time keep a second core busy while one day's part is sorted
+/// and written, above all for the last batch of a backlog, which nothing
+/// else overlaps.
+const DAYS_AT_ONCE: usize = 2;
 
 /// Everything a batch write needs; cheap to clone into the writer task.
 #[derive(Debug, Clone)]
@@ -105,25 +113,37 @@ impl Writer {
         self.retrying(what, || op(self.sink.clone(), !first.swap(false, Ordering::Relaxed))).await
     }
 
-    /// Makes the batch durable: rows per day, then rejects to the DLQ (a
-    /// produce failure is retried and blocks the commit, never drops a
-    /// reject), then their log.
+    /// Inserts one day's rows (retried; a retry first checks whether the
+    /// attempt before landed), then hands their buffers to `pool`.
+    async fn insert_day(&self, rows: EncodedRows, pool: &BufferPool) -> Result<(), IngestError> {
+        let rows = Arc::new(rows);
+        let attempt = rows.clone();
+        self.retry("insert rows", move |sink, retry| {
+            let rows = attempt.clone();
+            async move { sink.insert_rows(&rows, retry).await }
+        })
+        .await?;
+        // Written: its buffers serve the batches that follow. One batch
+        // fills meanwhile, so the pool keeps at most another batch's worth.
+        if let Ok(rows) = Arc::try_unwrap(rows) {
+            pool.put(rows, self.config.batch_max_bytes);
+        }
+        Ok(())
+    }
+
+    /// Makes the batch durable: rows per day ([`DAYS_AT_ONCE`] at a time),
+    /// then rejects to the DLQ (a produce failure is retried and blocks the
+    /// commit, never drops a reject), then their log. The first error that
+    /// is not retried ends the write and abandons a day still in flight, as
+    /// a crash would: nothing is committed, and the replay filter skips
+    /// whatever of it landed.
     pub async fn write(&self, mut batch: Batch) -> Result<(), IngestError> {
         let pool = batch.pool();
-        for (_day, rows) in batch.take_days() {
-            let rows = Arc::new(rows);
-            let attempt = rows.clone();
-            self.retry("insert rows", move |sink, retry| {
-                let rows = attempt.clone();
-                async move { sink.insert_rows(&rows, retry).await }
-            })
+        stream::iter(batch.take_days())
+            .map(|(_day, rows)| self.insert_day(rows, &pool))
+            .buffer_unordered(DAYS_AT_ONCE)
+            .try_for_each(|()| std::future::ready(Ok(())))
             .await?;
-            // Written: its buffers serve the batches that follow. One batch
-            // fills meanwhile, so the pool keeps at most another batch's worth.
-            if let Ok(rows) = Arc::try_unwrap(rows) {
-                pool.put(rows, self.config.batch_max_bytes);
-            }
-        }
         if batch.rejects.is_empty() {
             return Ok(());
         }
