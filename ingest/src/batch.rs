@@ -17,6 +17,11 @@ use crate::dlq::Reject;
 /// A topic partition.
 pub type PartitionKey = (Arc<str>, i32);
 
+/// A map by topic partition. Looked up for every message, so hashed with
+/// foldhash instead of SipHash: its keys come from the group's assignment,
+/// not from anything a producer chooses.
+pub type PartitionMap<V> = HashMap<PartitionKey, V, foldhash::fast::RandomState>;
+
 /// The encoded rows of one day from one partition, in offset order.
 #[derive(Debug, Default)]
 pub struct Rows {
@@ -34,7 +39,7 @@ pub struct Batch {
     pub days: BTreeMap<u16, BTreeMap<PartitionKey, Rows>>,
     pub rejects: Vec<Reject>,
     /// Highest offset handled per partition (stored, rejected or skipped).
-    pub offsets: HashMap<PartitionKey, i64>,
+    pub offsets: PartitionMap<i64>,
     /// Fingerprints of the request ids in this batch (already hashes: the
     /// set does not hash them again).
     pub request_ids: IntSet<u64>,

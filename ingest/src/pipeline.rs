@@ -26,7 +26,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
-use crate::batch::{Batch, PartitionKey, RecentIds};
+use crate::batch::{Batch, PartitionKey, PartitionMap, RecentIds};
 use crate::clickhouse_sink::ClickHouseSink;
 use crate::config::Config;
 use crate::dlq::{now_ms, Dlq, Reject};
@@ -94,7 +94,7 @@ async fn on_consumer<T: Send + 'static>(
 /// and counts.
 struct InFlight {
     /// Highest offset handled per partition: committed + 1 once durable.
-    offsets: HashMap<PartitionKey, i64>,
+    offsets: PartitionMap<i64>,
     /// Rows and rejects, as counted by the batch.
     buffered: usize,
     rejects: usize,
@@ -112,7 +112,7 @@ struct Pipeline {
     rebalances: Arc<RebalanceLog>,
     fatal: Arc<source::FatalError>,
     metrics: Metrics,
-    partitions: HashMap<PartitionKey, PartitionState>,
+    partitions: PartitionMap<PartitionState>,
     topics: HashMap<String, (Arc<str>, prometheus::IntCounter)>,
     recent: RecentIds,
     batch: Batch,
@@ -155,7 +155,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         rebalances,
         fatal,
         metrics,
-        partitions: HashMap::new(),
+        partitions: PartitionMap::default(),
         topics: HashMap::new(),
         batch: Batch::default(),
         summary: Summary::default(),
@@ -246,6 +246,7 @@ impl Pipeline {
                 _ = ticker.tick() => {
                     self.check_fatal()?;
                     self.apply_rebalances();
+                    metrics::inflight(&self.metrics, self.buffered_rows());
                     if let Some(idle) = options.exit_when_idle {
                         // Idle counts from the first assignment (joining a group takes a while).
                         let grace = if self.assigned_once { Duration::ZERO } else { NO_ASSIGNMENT_GRACE };
@@ -319,7 +320,11 @@ impl Pipeline {
     }
 
     fn apply_rebalances(&mut self) {
-        for event in self.rebalances.take() {
+        let events = self.rebalances.take();
+        if events.is_empty() {
+            return;
+        }
+        for event in events {
             match event {
                 RebalanceEvent::Revoked(list) => {
                     metrics::rebalanced(&self.metrics, "revoke", &list);
@@ -418,7 +423,8 @@ impl Pipeline {
         state.advanced_to(offset);
         self.summary.messages += 1;
         consumed.inc();
-        if state.replay.remove(&offset) {
+        // Empty but for the first batch after a crash or a rebalance.
+        if !state.replay.is_empty() && state.replay.remove(&offset) {
             metrics::duplicate_skipped(&self.metrics, "replay");
             self.summary.duplicates += 1;
             self.batch.push_skipped(key, offset);
@@ -617,7 +623,7 @@ impl Pipeline {
     /// Commits offset + 1 of every partition in the batch that this member
     /// still owns. A failed or skipped commit (say, around a rebalance) loses
     /// nothing: the rows are durable and a replay skips them.
-    async fn commit(&self, offsets: &HashMap<PartitionKey, i64>) -> Result<(), IngestError> {
+    async fn commit(&self, offsets: &PartitionMap<i64>) -> Result<(), IngestError> {
         let mut tpl = TopicPartitionList::with_capacity(offsets.len());
         for ((topic, partition), offset) in offsets.iter().filter(|(key, _)| self.partitions.contains_key(*key)) {
             if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset + 1)) {

@@ -5,6 +5,7 @@
 //! Auto-commit is off: the pipeline commits a partition's offset only after
 //! everything before it is durable (rows in ClickHouse, rejects in the DLQ).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -20,6 +21,9 @@ use crate::error::IngestError;
 #[derive(Debug, Default)]
 pub struct RebalanceLog {
     events: Mutex<Vec<RebalanceEvent>>,
+    /// Whether `events` may hold something: the pipeline looks before
+    /// every message, and most of the time there is nothing to lock for.
+    pending: AtomicBool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +34,9 @@ pub enum RebalanceEvent {
 
 impl RebalanceLog {
     pub fn take(&self) -> Vec<RebalanceEvent> {
+        if !self.pending.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
         self.events.lock().map(|mut e| std::mem::take(&mut *e)).unwrap_or_default()
     }
 
@@ -37,6 +44,8 @@ impl RebalanceLog {
         if let Ok(mut e) = self.events.lock() {
             e.push(event);
         }
+        // After the push: a take that saw the flag sees the event.
+        self.pending.store(true, Ordering::Release);
     }
 }
 
@@ -297,6 +306,23 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    /// The flag only spares a lock: every event pushed is taken once, in
+    /// order, and nothing is taken twice.
+    #[test]
+    fn rebalance_log_hands_each_event_over_once() {
+        let log = RebalanceLog::default();
+        assert!(log.take().is_empty());
+        let a = RebalanceEvent::Assigned(vec![("t".into(), 0)]);
+        let r = RebalanceEvent::Revoked(vec![("t".into(), 0)]);
+        log.push(a.clone());
+        log.push(r.clone());
+        assert_eq!(log.take(), [a.clone(), r]);
+        assert!(log.take().is_empty());
+        log.push(a.clone());
+        assert_eq!(log.take(), [a]);
+        assert!(log.take().is_empty());
+    }
 
     #[test]
     fn a_revocation_waits_until_the_batch_in_flight_is_written() {
