@@ -64,6 +64,14 @@ impl PartitionState {
         GapOutcome { lost, skipped: got - self.expected - lost }
     }
 
+    /// Whether `offset` was stored before this member read it (a replay
+    /// after a crash or a rebalance), forgetting it. Asked for every
+    /// message: the set is empty but for the first batch after a takeover,
+    /// and an empty one costs no hash.
+    pub fn already_stored(&mut self, offset: i64) -> bool {
+        !self.replay.is_empty() && self.replay.remove(&offset)
+    }
+
     /// The offset was handled (stored, rejected or skipped as a replay).
     pub fn advanced_to(&mut self, offset: i64) {
         self.expected = offset + 1;
@@ -129,6 +137,18 @@ pub fn drain_state(ends: &[PartitionEnd]) -> DrainState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored offset is skipped once; anything else, and any offset of
+    /// a partition with nothing stored, is not.
+    #[test]
+    fn a_stored_offset_is_a_replay_once() {
+        let mut s = PartitionState::new(HashSet::from([11, 12]), 10);
+        assert!(!s.already_stored(10));
+        assert!(s.already_stored(11));
+        assert!(!s.already_stored(11));
+        assert!(s.already_stored(12));
+        assert!(!PartitionState::new(HashSet::new(), 10).already_stored(10));
+    }
 
     #[test]
     fn offsets_are_next_again_or_a_gap() {

@@ -246,7 +246,6 @@ impl Pipeline {
                 _ = ticker.tick() => {
                     self.check_fatal()?;
                     self.apply_rebalances();
-                    metrics::inflight(&self.metrics, self.buffered_rows());
                     if let Some(idle) = options.exit_when_idle {
                         // Idle counts from the first assignment (joining a group takes a while).
                         let grace = if self.assigned_once { Duration::ZERO } else { NO_ASSIGNMENT_GRACE };
@@ -320,11 +319,7 @@ impl Pipeline {
     }
 
     fn apply_rebalances(&mut self) {
-        let events = self.rebalances.take();
-        if events.is_empty() {
-            return;
-        }
-        for event in events {
+        for event in self.rebalances.take() {
             match event {
                 RebalanceEvent::Revoked(list) => {
                     metrics::rebalanced(&self.metrics, "revoke", &list);
@@ -423,8 +418,7 @@ impl Pipeline {
         state.advanced_to(offset);
         self.summary.messages += 1;
         consumed.inc();
-        // Empty but for the first batch after a crash or a rebalance.
-        if !state.replay.is_empty() && state.replay.remove(&offset) {
+        if state.already_stored(offset) {
             metrics::duplicate_skipped(&self.metrics, "replay");
             self.summary.duplicates += 1;
             self.batch.push_skipped(key, offset);

@@ -5,7 +5,6 @@
 //! Auto-commit is off: the pipeline commits a partition's offset only after
 //! everything before it is durable (rows in ClickHouse, rejects in the DLQ).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -21,9 +20,6 @@ use crate::error::IngestError;
 #[derive(Debug, Default)]
 pub struct RebalanceLog {
     events: Mutex<Vec<RebalanceEvent>>,
-    /// Whether `events` may hold something: the pipeline looks before
-    /// every message, and most of the time there is nothing to lock for.
-    pending: AtomicBool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,9 +30,6 @@ pub enum RebalanceEvent {
 
 impl RebalanceLog {
     pub fn take(&self) -> Vec<RebalanceEvent> {
-        if !self.pending.swap(false, Ordering::Acquire) {
-            return Vec::new();
-        }
         self.events.lock().map(|mut e| std::mem::take(&mut *e)).unwrap_or_default()
     }
 
@@ -44,8 +37,6 @@ impl RebalanceLog {
         if let Ok(mut e) = self.events.lock() {
             e.push(event);
         }
-        // After the push: a take that saw the flag sees the event.
-        self.pending.store(true, Ordering::Release);
     }
 }
 
@@ -307,8 +298,7 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    /// The flag only spares a lock: every event pushed is taken once, in
-    /// order, and nothing is taken twice.
+    /// Every event pushed is taken once, in order, and nothing is taken twice.
     #[test]
     fn rebalance_log_hands_each_event_over_once() {
         let log = RebalanceLog::default();
