@@ -87,7 +87,8 @@ async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
     };
     let metrics = Metrics::new();
     let compactor = Compactor::connect(config.clone(), metrics.clone()).await?;
-    let shutdown = inferlog_store::cli::shutdown_signal("stopping between days");
+    let shutdown = inferlog_store::cli::shutdown_signal("stopping between days")
+        .map_err(|e| inferlog_compactor::CompactorError::Config(format!("cannot install the SIGTERM / SIGINT handlers: {e}")))?;
     if let Some(day) = day {
         if !compactor.is_closed(day, now_ms()) {
             return Err(inferlog_compactor::CompactorError::Config(format!(

@@ -97,7 +97,8 @@ async fn daemon_pass(stores: &Stores, config: &Config, metrics: &Metrics, now: O
 /// `enforce --daemon`: a pass every `retention.interval`, `/metrics` and
 /// `/healthz` meanwhile, exit 0 on SIGTERM / SIGINT between passes.
 async fn daemon(stores: &Stores, config: &Config, now: Option<&str>, dry_run: bool) -> Result<i32, RetentionError> {
-    let mut shutdown = inferlog_store::cli::shutdown_signal("stopping between passes");
+    let mut shutdown = inferlog_store::cli::shutdown_signal("stopping between passes")
+        .map_err(|e| RetentionError::Config(format!("cannot install the SIGTERM / SIGINT handlers: {e}")))?;
     let metrics = Metrics::new();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let server = (!config.retention.metrics_addr.is_empty()).then(|| {

@@ -29,6 +29,9 @@ pub mod exit {
     /// the retry budget, or a drain could not be confirmed. Run again later;
     /// systemd restarts.
     pub const TRANSIENT: u8 = 75;
+    /// A bug (EX_SOFTWARE): a task panicked. Nothing past what is durable
+    /// was committed; systemd restarts.
+    pub const BUG: u8 = 70;
 }
 
 impl ErrorClass {

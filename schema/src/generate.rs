@@ -376,6 +376,9 @@ impl Generator {
             ReasonCode::EventTooLarge => {
                 e.insert("debug_blob".into(), json!("x".repeat(70_000)));
             }
+            // Needs a second event under the same id: never drawn here
+            // (only ReasonCode::EVENT is).
+            ReasonCode::RequestIdConflict => {}
         }
         Value::Object(e).to_string().into_bytes()
     }
@@ -386,7 +389,7 @@ impl Iterator for Generator {
 
     fn next(&mut self) -> Option<GeneratedEvent> {
         if self.config.invalid_ratio > 0.0 && self.rng.gen_bool(self.config.invalid_ratio.clamp(0.0, 1.0)) {
-            let reason = ReasonCode::ALL[self.rng.gen_range(0..ReasonCode::ALL.len())];
+            let reason = ReasonCode::EVENT[self.rng.gen_range(0..ReasonCode::EVENT.len())];
             let event = self.valid(true);
             return Some(GeneratedEvent { line: self.break_event(event, reason), expected: Some(reason) });
         }

@@ -35,11 +35,15 @@ pub enum ReasonCode {
     PiiDetected,
     /// The event is larger than the configured limit.
     EventTooLarge,
+    /// Another event with the same `request_id` and different content was
+    /// already stored (found by ingest, not by the event alone; an
+    /// identical retry is a duplicate, not a rejection).
+    RequestIdConflict,
 }
 
 impl ReasonCode {
     /// Every reason code, in contract order.
-    pub const ALL: [ReasonCode; 14] = [
+    pub const ALL: [ReasonCode; 15] = [
         ReasonCode::JsonMalformed,
         ReasonCode::JsonNotObject,
         ReasonCode::FieldMissing,
@@ -54,7 +58,13 @@ impl ReasonCode {
         ReasonCode::ErrorStageMissing,
         ReasonCode::PiiDetected,
         ReasonCode::EventTooLarge,
+        ReasonCode::RequestIdConflict,
     ];
+
+    /// The reason codes one event earns on its own (what `inferlog-schema
+    /// check` and the normalizer find): all but the last,
+    /// `request_id.conflict`, which needs the events stored before it.
+    pub const EVENT: &'static [ReasonCode] = ReasonCode::ALL.split_at(ReasonCode::ALL.len() - 1).0;
 
     /// The stable string form (`field.missing`, ...).
     pub const fn as_str(self) -> &'static str {
@@ -73,6 +83,7 @@ impl ReasonCode {
             ReasonCode::ErrorStageMissing => "error_stage.missing",
             ReasonCode::PiiDetected => "pii.detected",
             ReasonCode::EventTooLarge => "event.too_large",
+            ReasonCode::RequestIdConflict => "request_id.conflict",
         }
     }
 
@@ -118,3 +129,20 @@ impl fmt::Display for Rejection {
 }
 
 impl std::error::Error for Rejection {}
+
+#[cfg(test)]
+mod tests {
+    use super::ReasonCode;
+
+    /// Every code round-trips through its string; the codes an event earns
+    /// alone are all but `request_id.conflict`.
+    #[test]
+    fn codes_round_trip_and_events_alone_never_conflict() {
+        for code in ReasonCode::ALL {
+            assert_eq!(ReasonCode::from_str_code(code.as_str()), Some(code));
+        }
+        assert_eq!(ReasonCode::EVENT.len(), ReasonCode::ALL.len() - 1);
+        assert!(!ReasonCode::EVENT.contains(&ReasonCode::RequestIdConflict));
+        assert_eq!(ReasonCode::ALL.last(), Some(&ReasonCode::RequestIdConflict));
+    }
+}

@@ -29,26 +29,37 @@ fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
 
 /// A receiver that turns true at the first SIGTERM or SIGINT, logged with
 /// `then` (what the daemon does next). The one signal handler of every
-/// daemon. Call inside the runtime.
-pub fn shutdown_signal(then: &'static str) -> tokio::sync::watch::Receiver<bool> {
-    use tokio::signal::unix::{signal, SignalKind};
+/// daemon. Call inside the runtime. A handler that cannot be installed is
+/// an error (exit 2): a daemon that could not be stopped cleanly must not
+/// run, and one whose signal stream ended must not take that for a stop.
+pub fn shutdown_signal(then: &'static str) -> Result<tokio::sync::watch::Receiver<bool>, std::io::Error> {
+    use tokio::signal::unix::SignalKind;
+    shutdown_on(&[(SignalKind::terminate(), "SIGTERM"), (SignalKind::interrupt(), "SIGINT")], then)
+}
+
+/// [`shutdown_signal`] for the given signals and their names (every
+/// handler is installed before this returns).
+pub fn shutdown_on(
+    kinds: &[(tokio::signal::unix::SignalKind, &'static str)],
+    then: &'static str,
+) -> Result<tokio::sync::watch::Receiver<bool>, std::io::Error> {
+    let mut streams = Vec::with_capacity(kinds.len());
+    for (kind, name) in kinds {
+        streams.push((tokio::signal::unix::signal(*kind)?, *name));
+    }
     let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-            (Ok(term), Ok(int)) => (term, int),
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::error!(%e, "cannot listen for SIGTERM / SIGINT");
-                return;
+    let tx = std::sync::Arc::new(tx);
+    for (mut stream, name) in streams {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if stream.recv().await.is_some() && tx.send_if_modified(|stop| !std::mem::replace(stop, true)) {
+                tracing::info!("{name}: {then}");
             }
-        };
-        let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        tracing::info!("{name}: {then}");
-        let _ = tx.send(true);
-    });
-    rx
+            // The sender stays alive: receivers see one change, never a closed channel.
+            std::future::pending::<()>().await;
+        });
+    }
+    Ok(rx)
 }
 
 /// Writes a command's report to stdout (logs go to stderr).
@@ -80,6 +91,18 @@ pub fn run<E: Display + Classified>(command: &str, work: impl Future<Output = Re
 #[cfg(test)]
 mod tests {
     use super::log_filter;
+
+    /// A signal no process may catch cannot get a handler: that is an
+    /// error for the caller (exit 2), not a receiver that reads as a stop.
+    #[tokio::test]
+    async fn a_handler_that_cannot_be_installed_is_an_error() {
+        let kill = tokio::signal::unix::SignalKind::from_raw(9);
+        assert!(super::shutdown_on(&[(kill, "SIGKILL")], "stopping").is_err());
+        let mut rx = super::shutdown_signal("stopping").expect("SIGTERM and SIGINT handlers");
+        assert!(!*rx.borrow_and_update());
+        let changed = tokio::time::timeout(std::time::Duration::from_millis(200), rx.changed()).await;
+        assert!(changed.is_err(), "no signal, no change (and the channel is not closed)");
+    }
 
     #[test]
     fn the_clickhouse_crate_is_held_to_warnings_unless_rust_log_names_it() {

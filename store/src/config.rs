@@ -57,6 +57,12 @@ pub struct ClickHouseConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub request_timeout: Duration,
+    /// Make each hot-table part durable on disk (fsync) before ClickHouse
+    /// acknowledges the insert, so a host power loss cannot take a part
+    /// whose offset ingest then committed. Applied where the server has
+    /// the MergeTree setting `fsync_after_insert` (21.x on; 18.16 has
+    /// none: docs/operations.md, failure model). Default: true.
+    pub fsync_after_insert: bool,
 }
 
 impl Default for ClickHouseConfig {
@@ -69,6 +75,7 @@ impl Default for ClickHouseConfig {
             user: "default".into(),
             password_file: None,
             request_timeout: Duration::from_secs(60),
+            fsync_after_insert: true,
         }
     }
 }

@@ -65,8 +65,12 @@ impl StoreError {
 
 /// ClickHouse error codes that no retry can fix: the schema or the
 /// credentials are wrong (unknown table/database/column, type mismatch,
-/// unparsable data, syntax, authentication).
-const PERMANENT_CODES: [u32; 20] = [6, 16, 26, 27, 36, 41, 43, 44, 47, 48, 53, 60, 62, 70, 81, 192, 193, 194, 497, 516];
+/// unparsable data, syntax, an unknown setting), or the user may not do it
+/// (authentication: 192-194, 516; permissions: 164 readonly, 291, 497).
+/// 33 (cannot read all data) and 117 (incorrect data) are what a table
+/// whose columns differ from the rows sent answers: the same rows fail the
+/// same way every time.
+const PERMANENT_CODES: [u32; 25] = [6, 16, 26, 27, 33, 36, 41, 43, 44, 47, 48, 53, 60, 62, 70, 81, 115, 117, 164, 192, 193, 194, 291, 497, 516];
 
 /// Anything but a known-permanent server error is retried: network
 /// failures, timeouts, overload, and whatever a server says while it shuts
@@ -110,5 +114,8 @@ mod tests {
         assert_eq!(class_of("502 Bad Gateway"), ErrorClass::Retry);
         assert_eq!(class_of("Code: 394, e.displayText() = DB::Exception: Query was cancelled"), ErrorClass::Retry);
         assert_eq!(class_of("Code: 516, e.displayText() = DB::Exception: default: Authentication failed"), ErrorClass::Fail);
+        assert_eq!(class_of("Code: 33, e.displayText() = DB::Exception: Cannot read all data. Bytes read: 3. Bytes expected: 8."), ErrorClass::Fail);
+        assert_eq!(class_of("Code: 164, e.displayText() = DB::Exception: Cannot execute query in readonly mode"), ErrorClass::Fail);
+        assert_eq!(class_of("Code: 497. DB::Exception: ro: Not enough privileges."), ErrorClass::Fail);
     }
 }

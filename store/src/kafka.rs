@@ -38,10 +38,12 @@ pub struct KafkaConfig {
     /// coordinator cannot be trusted to expire a crashed member). Default: "group".
     pub assignment: Assignment,
     /// With `assignment = "group"`: librdkafka's `partition.assignment.strategy`.
-    /// "range" or "roundrobin" stop the whole group at every rebalance;
     /// "cooperative-sticky" moves only the partitions that change owner
-    /// (tested, but one fresh-clone run drained nothing with it, so not yet
-    /// the default). Every member of a group must use the same. Default: "range".
+    /// (the others keep being read through a rebalance); "range" or
+    /// "roundrobin" stop the whole group at every rebalance. Every member
+    /// of a group must use the same: switching a running group from an
+    /// eager assignor to "cooperative-sticky" takes a full stop of its
+    /// members. Default: "cooperative-sticky".
     pub assignor: String,
     /// With `assignment = "static"`: the partitions this replica reads; empty means all. Default: [].
     pub partitions: Vec<i32>,
@@ -213,7 +215,7 @@ impl Default for KafkaConfig {
             topics: vec!["inference-events".into()],
             group_id: "inferlog-ingest".into(),
             assignment: Assignment::Group,
-            assignor: "range".into(),
+            assignor: "cooperative-sticky".into(),
             partitions: Vec::new(),
             dlq_topic: "inference-events-dlq".into(),
             session_timeout: Duration::from_secs(10),

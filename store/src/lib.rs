@@ -4,6 +4,7 @@
 //! more than one component needs.
 //!
 //! - [`hot`]: the ClickHouse hot table (day partitions, their fingerprint, dropping one).
+//! - [`tables`]: the shapes (columns, DDL, insert column lists, drift checks) of the tables ingest writes.
 //! - [`catalog`]: Postgres, the system of record for what each tier holds:
 //!   the compactor's day states, the cold manifest, the aggregates, the
 //!   audit table of deletions, and the advisory locks replicas share.
@@ -28,6 +29,7 @@ pub mod kafka;
 pub mod policy;
 pub mod release;
 pub mod retry;
+pub mod tables;
 pub mod test_hooks;
 
 pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
