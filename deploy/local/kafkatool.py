@@ -10,7 +10,6 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py produce --topic T FILE            one message per line, keyed by request_id
   kafkatool.py read --topic T [--idle S]         prints one JSON object per message (headers, key, size)
   kafkatool.py count --topic T [--idle S]        prints {"messages": N, "by_reason": {...}}
-  kafkatool.py first-offsets --topic T OFFSET... prints {OFFSET: first offset a fetch from it delivers} (partition 0)
   kafkatool.py commit --topic T --group G --offset O
                                                  commits O for partition 0 of T in group G
   kafkatool.py alter-config --topic T K=V...     sets topic configs
@@ -18,6 +17,10 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py watermarks --topic T              prints {partition: [log start, end]}
   kafkatool.py scram-user --user U --password-file F
                                                  creates or updates a SCRAM-SHA-512 user
+  kafkatool.py deny-write --user U --prefix P    lets U do anything on topics named P* but write
+  kafkatool.py delete-topics TOPIC...            deletes topics
+  kafkatool.py produce --topic T --key-bytes N FILE
+                                                 keys every message with N bytes instead of its request_id
 """
 import argparse
 import hashlib
@@ -91,8 +94,11 @@ def produce(args):
             line = line.rstrip(b"\n")
             if not line:
                 continue
-            m = REQUEST_ID.search(line)
-            key = m.group(1) if m else None
+            if args.key_bytes:
+                key = b"k" * args.key_bytes
+            else:
+                m = REQUEST_ID.search(line)
+                key = m.group(1) if m else None
             while True:
                 try:
                     producer.produce(args.topic, line, key=key, on_delivery=on_delivery)
@@ -114,10 +120,9 @@ def read_all(args):
 
     Stops when nothing has arrived for --idle seconds. Then, because offsets
     of a topic written without transactions are contiguous, any offset below
-    a partition's reported high watermark that was not delivered is a gap
-    (seen with tansu 0.6.0: a fetch that starts inside a record batch
-    resumes at the next batch); the reader seeks back to each gap and reads
-    again, and exits non-zero naming the offsets it still could not read.
+    a partition's reported high watermark that was not delivered is a gap;
+    the reader seeks back to each gap and reads again, and exits non-zero
+    naming the offsets it still could not read.
     The watermark only finds gaps, it never decides that reading is done.
     """
     consumer = Consumer({
@@ -153,8 +158,7 @@ def read_all(args):
                 return
             print(f"kafkatool: {args.topic}: undelivered offsets {describe(gaps)}; seeking back (attempt {attempt + 1})", file=sys.stderr)
             for partition, (low, missing) in gaps.items():
-                # Further back each attempt, down to the log start: a seek into
-                # a record batch may again start at the next one on tansu.
+                # Further back each attempt, down to the log start.
                 consumer.seek(TopicPartition(args.topic, partition, max(low, missing[0] - 1024 * 4 ** attempt)))
         print(f"kafkatool: {args.topic}: offsets {describe(gaps)} are below the high watermark but the broker does not deliver them", file=sys.stderr)
         sys.exit(3)
@@ -198,34 +202,6 @@ def count(args):
                 reason = v.decode()
                 by_reason[reason] = by_reason.get(reason, 0) + 1
     print(json.dumps({"messages": total, "by_reason": by_reason}))
-
-
-def first_offsets(args):
-    """Where a fetch from each offset starts delivering: the offset itself on
-    Kafka; on tansu 0.6.0, the next record batch start when it falls inside
-    a batch (tests use it to find such offsets)."""
-    consumer = Consumer({
-        "bootstrap.servers": brokers(args),
-        "group.id": f"kafkatool-{uuid.uuid4()}",
-        "enable.auto.commit": False,
-    })
-    found = {}
-    try:
-        for offset in args.offsets:
-            consumer.assign([TopicPartition(args.topic, 0, offset)])
-            deadline = time.monotonic() + args.idle
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    continue
-                if msg.error():
-                    raise KafkaException(msg.error())
-                found[offset] = msg.offset()
-                break
-            consumer.unassign()
-    finally:
-        consumer.close()
-    print(json.dumps(found))
 
 
 def commit(args):
@@ -285,6 +261,30 @@ def scram_user(args):
             time.sleep(1)
 
 
+def deny_write(args):
+    """ACLs on topics named PREFIX*: ALLOW ALL and DENY WRITE for User:U
+    (a deny wins). Idempotent."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+    admin = AdminClient({"bootstrap.servers": brokers(args)})
+    principal = f"User:{args.user}"
+    bindings = [AclBinding(ResourceType.TOPIC, args.prefix, ResourcePatternType.PREFIXED, principal, "*", operation, permission)
+                for operation, permission in ((AclOperation.ALL, AclPermissionType.ALLOW), (AclOperation.WRITE, AclPermissionType.DENY))]
+    for future in admin.create_acls(bindings).values():
+        future.result()
+    print(f"ACLs set: {principal} may not write topics {args.prefix}*", file=sys.stderr)
+
+
+def delete_topics(args):
+    admin = AdminClient({"bootstrap.servers": brokers(args)})
+    for future in admin.delete_topics(args.topics).values():
+        future.result()
+    # Deletion propagates asynchronously; wait until none is listed.
+    for _ in range(100):
+        if not any(t in admin.list_topics(timeout=10).topics for t in args.topics):
+            return
+        time.sleep(0.2)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--brokers")
@@ -296,6 +296,7 @@ def main():
     c.set_defaults(func=create_topics)
     c = sub.add_parser("produce")
     c.add_argument("--topic", required=True)
+    c.add_argument("--key-bytes", type=int, default=0)
     c.add_argument("file")
     c.set_defaults(func=produce)
     for name, func in (("read", read), ("count", count)):
@@ -304,11 +305,6 @@ def main():
         c.add_argument("--idle", type=float, default=5.0)
         c.add_argument("--value-bytes", type=int, default=0)
         c.set_defaults(func=func)
-    c = sub.add_parser("first-offsets")
-    c.add_argument("--topic", required=True)
-    c.add_argument("--idle", type=float, default=10.0)
-    c.add_argument("offsets", type=int, nargs="+")
-    c.set_defaults(func=first_offsets)
     c = sub.add_parser("commit")
     c.add_argument("--topic", required=True)
     c.add_argument("--group", required=True)
@@ -328,6 +324,13 @@ def main():
     c.add_argument("--user", required=True)
     c.add_argument("--password-file", required=True)
     c.set_defaults(func=scram_user)
+    c = sub.add_parser("deny-write")
+    c.add_argument("--user", required=True)
+    c.add_argument("--prefix", required=True)
+    c.set_defaults(func=deny_write)
+    c = sub.add_parser("delete-topics")
+    c.add_argument("topics", nargs="+")
+    c.set_defaults(func=delete_topics)
     args = p.parse_args()
     args.func(args)
 

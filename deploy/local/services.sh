@@ -150,6 +150,21 @@ clickhouse_config() {
       -e "s#<interserver_http_port>9009</interserver_http_port>##" \
       /etc/clickhouse-server/config.xml > "$d/config.xml"
   cp /etc/clickhouse-server/users.xml "$d/users.xml"
+  # A user with Debian's "readonly" profile, for the test that ingest
+  # without the right to create its tables exits 2 (merged into users.xml).
+  mkdir -p "$d/users.d"
+  cat > "$d/users.d/inferlog-readonly.xml" <<'XML'
+<yandex>
+  <users>
+    <inferlog_readonly>
+      <password></password>
+      <networks><ip>::1</ip><ip>127.0.0.1</ip></networks>
+      <profile>readonly</profile>
+      <quota>default</quota>
+    </inferlog_readonly>
+  </users>
+</yandex>
+XML
 }
 
 start_clickhouse() {
@@ -246,6 +261,11 @@ group.initial.rebalance.delay.ms=0
 log.retention.check.interval.ms=1000
 log.segment.delete.delay.ms=1000
 auto.create.topics.enable=false
+# ACLs (KRaft's authorizer): every principal may do everything on a
+# resource without ACLs, so only the DLQ-refusal test's topics have any.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=true
+super.users=User:ANONYMOUS
 EOF
   )
 }
@@ -279,6 +299,10 @@ start_kafka() {
 kafka_user() {
   [ -s "$dir/kafka.password" ] || (umask 077; head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/kafka.password")
   python3 "$repo/deploy/local/kafkatool.py" scram-user --user inferlog --password-file "$dir/kafka.password"
+  # A second user the broker lets read everything but not write topics
+  # named nodlq-*: the test of a DLQ that refuses inferlog's writes.
+  python3 "$repo/deploy/local/kafkatool.py" scram-user --user inferlog-nodlq --password-file "$dir/kafka.password"
+  python3 "$repo/deploy/local/kafkatool.py" deny-write --user inferlog-nodlq --prefix nodlq-
 }
 
 stop_kafka() { # TERM (a controlled shutdown) or KILL (a crash)
