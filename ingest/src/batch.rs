@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use nohash_hasher::IntSet;
+use nohash_hasher::IntMap;
 
 use crate::clickhouse_sink::EncodedRows;
 use crate::dlq::Reject;
@@ -27,8 +27,8 @@ pub type PartitionMap<V> = HashMap<PartitionKey, V, foldhash::fast::RandomState>
 pub struct Rows {
     pub bytes: BytesMut,
     pub first_offset: i64,
-    /// Request-id fingerprint of each row.
-    pub fingerprints: Vec<u64>,
+    /// Request-id fingerprint and content hash of each row.
+    pub fingerprints: Vec<(u64, u64)>,
 }
 
 /// What is buffered and not yet durable.
@@ -38,11 +38,12 @@ pub struct Batch {
     /// come out whole, and a day's chunks are sent as they are).
     pub days: BTreeMap<u16, BTreeMap<PartitionKey, Rows>>,
     pub rejects: Vec<Reject>,
-    /// Highest offset handled per partition (stored, rejected or skipped).
-    pub offsets: PartitionMap<i64>,
-    /// Fingerprints of the request ids in this batch (already hashes: the
-    /// set does not hash them again).
-    pub request_ids: IntSet<u64>,
+    /// First and last offset handled per partition (stored, rejected or
+    /// skipped): the range the replay log records, and last + 1 is committed.
+    pub offsets: PartitionMap<(i64, i64)>,
+    /// Fingerprints of the request ids in this batch, with the content
+    /// hash of their rows (already hashes: the map does not hash them again).
+    pub request_ids: IntMap<u64, u64>,
     pub rows: usize,
     /// Encoded rows and reject payloads, in bytes.
     pub bytes: usize,
@@ -125,14 +126,15 @@ impl Batch {
     fn touch(&mut self, key: PartitionKey, offset: i64, bytes: usize) {
         self.started.get_or_insert_with(Instant::now);
         self.bytes += bytes;
-        let entry = self.offsets.entry(key).or_insert(offset);
-        *entry = (*entry).max(offset);
+        let entry = self.offsets.entry(key).or_insert((offset, offset));
+        entry.1 = entry.1.max(offset);
     }
 
-    /// Adds one row of `day`, RowBinary-encoded.
-    pub fn push_row(&mut self, day: u16, encoded: &[u8], fingerprint: u64, key: PartitionKey, offset: i64) {
+    /// Adds one row of `day`, RowBinary-encoded, whose request id has
+    /// `fingerprint` and whose content hashes to `content`.
+    pub fn push_row(&mut self, day: u16, encoded: &[u8], (fingerprint, content): (u64, u64), key: PartitionKey, offset: i64) {
         self.touch(key.clone(), offset, encoded.len());
-        self.request_ids.insert(fingerprint);
+        self.request_ids.insert(fingerprint, content);
         self.rows += 1;
         let (capacity, pool) = (self.group_capacity, &self.pool);
         let rows = self.days.entry(day).or_default().entry(key).or_insert_with(|| Rows {
@@ -141,7 +143,7 @@ impl Batch {
             fingerprints: Vec::new(),
         });
         rows.bytes.extend_from_slice(encoded);
-        rows.fingerprints.push(fingerprint);
+        rows.fingerprints.push((fingerprint, content));
     }
 
     pub fn push_reject(&mut self, reject: Reject, key: PartitionKey) {
@@ -174,9 +176,47 @@ impl Batch {
                 let ((topic, partition), first) = groups.iter().next().map(|(key, rows)| (key.clone(), rows.first_offset))?;
                 let rows = groups.values().map(|r| r.fingerprints.len()).sum();
                 let chunks = groups.into_values().map(|r| r.bytes.freeze()).collect();
-                Some((day, EncodedRows { chunks, first: (topic, partition as u16, first as u64), rows }))
+                Some((day, EncodedRows { chunks, first: (topic, partition, first), rows }))
             })
             .collect()
+    }
+
+    /// What the batch covers per partition: the offsets it handled, the
+    /// days its rows go to and the days its rejects are logged under. The
+    /// replay log records it before the batch is written.
+    pub fn coverage(&self) -> Vec<Coverage> {
+        let mut coverage: Vec<Coverage> = self
+            .offsets
+            .iter()
+            .map(|((topic, partition), (first, last))| Coverage {
+                topic: topic.clone(),
+                partition: *partition,
+                first: *first,
+                last: *last,
+                row_days: Vec::new(),
+                reject_days: Vec::new(),
+            })
+            .collect();
+        coverage.sort_unstable_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        let find = |coverage: &mut Vec<Coverage>, topic: &str, partition: i32| {
+            coverage.binary_search_by(|c| (&*c.topic, c.partition).cmp(&(topic, partition))).ok()
+        };
+        for (day, groups) in &self.days {
+            for (topic, partition) in groups.keys() {
+                if let Some(i) = find(&mut coverage, topic, *partition) {
+                    coverage[i].row_days.push(*day);
+                }
+            }
+        }
+        for r in &self.rejects {
+            let day = reject_day(r.received_ms);
+            if let Some(i) = find(&mut coverage, &r.topic, r.partition) {
+                if !coverage[i].reject_days.contains(&day) {
+                    coverage[i].reject_days.push(day);
+                }
+            }
+        }
+        coverage
     }
 
     /// Forgets everything of partitions the group took away: their new
@@ -194,7 +234,7 @@ impl Batch {
         self.offsets.retain(|(t, p), _| !gone(t, *p));
         // Fingerprints are only a duplicate filter: rebuild from what is left.
         let rows = || self.days.values().flat_map(BTreeMap::values);
-        let kept: IntSet<u64> = rows().flat_map(|r| r.fingerprints.iter().copied()).collect();
+        let kept: IntMap<u64, u64> = rows().flat_map(|r| r.fingerprints.iter().copied()).collect();
         self.rows = rows().map(|r| r.fingerprints.len()).sum::<usize>() + self.rejects.len();
         self.request_ids = kept;
         if self.offsets.is_empty() {
@@ -203,42 +243,85 @@ impl Batch {
     }
 }
 
+/// The offsets one batch handled in one partition, and where it wrote them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Coverage {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub first: i64,
+    pub last: i64,
+    /// Hot-table days (days since 1970-01-01) of its rows, ascending.
+    pub row_days: Vec<u16>,
+    /// Days its rejects are logged under (the day each was received).
+    pub reject_days: Vec<u16>,
+}
+
+/// The rejects log's day of a reject received at `received_ms`.
+pub fn reject_day(received_ms: i64) -> u16 {
+    // Receipt times are this host's clock: 1970..2149 fits.
+    received_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY).clamp(0, i64::from(u16::MAX)) as u16
+}
+
 /// A 64-bit fingerprint of a request id (SipHash with fixed keys: stable
 /// across restarts; a false match needs a 2^-64 collision).
 pub fn fingerprint(request_id: &str) -> u64 {
     std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(request_id)
 }
 
-/// The last `capacity` request ids made durable, to drop producer retries.
+/// The last `capacity` request ids made durable, with the content hash of
+/// their rows: a producer retry (same id, same content) is dropped, the
+/// same id with other content is a conflict.
 #[derive(Debug)]
 pub struct RecentIds {
-    set: IntSet<u64>,
+    map: IntMap<u64, u64>,
     order: VecDeque<u64>,
     capacity: usize,
 }
 
 impl RecentIds {
     pub fn new(capacity: usize) -> RecentIds {
-        RecentIds { set: IntSet::with_capacity_and_hasher(capacity.min(1 << 20), Default::default()), order: VecDeque::new(), capacity }
+        RecentIds { map: IntMap::with_capacity_and_hasher(capacity.min(1 << 20), Default::default()), order: VecDeque::new(), capacity }
     }
 
-    pub fn contains(&self, fingerprint: u64) -> bool {
-        self.set.contains(&fingerprint)
+    /// The content hash stored under this request-id fingerprint, if any.
+    pub fn get(&self, fingerprint: u64) -> Option<u64> {
+        self.map.get(&fingerprint).copied()
     }
 
-    pub fn extend(&mut self, fingerprints: impl IntoIterator<Item = u64>) {
+    pub fn extend(&mut self, ids: impl IntoIterator<Item = (u64, u64)>) {
         if self.capacity == 0 {
             return;
         }
-        for f in fingerprints {
-            if self.set.insert(f) {
+        for (f, content) in ids {
+            if self.map.insert(f, content).is_none() {
                 self.order.push_back(f);
                 if self.order.len() > self.capacity {
                     if let Some(old) = self.order.pop_front() {
-                        self.set.remove(&old);
+                        self.map.remove(&old);
                     }
                 }
             }
+        }
+    }
+}
+
+/// What a request id already seen means for a new row with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Not seen within the window: store it.
+    New,
+    /// The same id with the same content: a producer retry, dropped.
+    Retry,
+    /// The same id with other content: a conflict, rejected.
+    Conflict,
+}
+
+impl Seen {
+    pub fn of(stored: Option<u64>, content: u64) -> Seen {
+        match stored {
+            None => Seen::New,
+            Some(c) if c == content => Seen::Retry,
+            Some(_) => Seen::Conflict,
         }
     }
 }
@@ -255,14 +338,14 @@ mod tests {
     #[test]
     fn rows_are_grouped_by_day_then_partition_and_handed_over_uncopied() {
         let mut batch = Batch::default();
-        batch.push_row(20_000, b"a1", 1, key(1), 10);
-        batch.push_row(20_001, b"b0", 2, key(0), 5);
-        batch.push_row(20_000, b"a0", 3, key(0), 4);
-        batch.push_row(20_000, b"A1", 4, key(1), 11);
+        batch.push_row(20_000, b"a1", (1, 0), key(1), 10);
+        batch.push_row(20_001, b"b0", (2, 0), key(0), 5);
+        batch.push_row(20_000, b"a0", (3, 0), key(0), 4);
+        batch.push_row(20_000, b"A1", (4, 0), key(1), 11);
         batch.push_skipped(key(2), 7);
         assert_eq!((batch.rows, batch.bytes), (4, 8));
-        assert_eq!(batch.offsets[&key(1)], 11);
-        assert_eq!(batch.offsets[&key(2)], 7, "a skipped message moves the commit point");
+        assert_eq!(batch.offsets[&key(1)], (10, 11));
+        assert_eq!(batch.offsets[&key(2)], (7, 7), "a skipped message moves the commit point");
         let next = Batch::sized_like(&batch, 1 << 20);
         assert_eq!(next.group_capacity, 4, "the largest buffer of the batch before");
 
@@ -278,10 +361,37 @@ mod tests {
     }
 
     #[test]
+    fn coverage_names_each_partitions_offsets_and_days() {
+        let mut batch = Batch::default();
+        batch.push_row(20_000, b"a", (1, 0), key(1), 10);
+        batch.push_row(20_002, b"b", (2, 0), key(1), 12);
+        batch.push_skipped(key(0), 3);
+        let reject = |offset: i64, received_ms: i64| Reject {
+            payload: b"{".to_vec(),
+            key: None,
+            rejection: inferlog_schema::Rejection::new(inferlog_schema::ReasonCode::JsonMalformed, "", "x"),
+            topic: Arc::from("events"),
+            partition: 1,
+            offset,
+            received_ms,
+        };
+        batch.push_reject(reject(11, 20_005 * 86_400_000 + 5), key(1));
+        batch.push_reject(reject(13, 20_005 * 86_400_000 + 9), key(1));
+        let coverage = batch.coverage();
+        assert_eq!(
+            coverage,
+            vec![
+                Coverage { topic: Arc::from("events"), partition: 0, first: 3, last: 3, row_days: vec![], reject_days: vec![] },
+                Coverage { topic: Arc::from("events"), partition: 1, first: 10, last: 13, row_days: vec![20_000, 20_002], reject_days: vec![20_005] },
+            ]
+        );
+    }
+
+    #[test]
     fn written_buffers_are_written_into_again_up_to_the_bound() {
         let mut batch = Batch::default();
-        batch.push_row(20_000, b"a0", 1, key(0), 1);
-        batch.push_row(20_000, b"b0", 2, key(1), 1);
+        batch.push_row(20_000, b"a0", (1, 0), key(0), 1);
+        batch.push_row(20_000, b"b0", (2, 0), key(1), 1);
         let pool = batch.pool();
         let (_, rows) = batch.take_days().remove(0);
         let reusable = rows.chunks[0].as_ptr();
@@ -291,7 +401,7 @@ mod tests {
         assert_eq!(pool.held().0, 1);
 
         let mut next = Batch::sized_like(&batch, 1 << 20);
-        next.push_row(20_001, b"c", 3, key(0), 2);
+        next.push_row(20_001, b"c", (3, 0), key(0), 2);
         assert_eq!(pool.held(), (0, 0), "the new batch took the written buffer");
         let (_, rows) = next.take_days().remove(0);
         assert_eq!(rows.chunks, vec![Bytes::from_static(b"c")], "the old rows are gone from it");
@@ -305,12 +415,12 @@ mod tests {
     #[test]
     fn a_revoked_partition_leaves_the_batch_whole() {
         let mut batch = Batch::default();
-        batch.push_row(20_000, b"x", 1, key(0), 1);
-        batch.push_row(20_000, b"y", 2, key(1), 1);
-        batch.push_row(20_001, b"z", 3, key(1), 2);
+        batch.push_row(20_000, b"x", (1, 10), key(0), 1);
+        batch.push_row(20_000, b"y", (2, 20), key(1), 1);
+        batch.push_row(20_001, b"z", (3, 30), key(1), 2);
         batch.drop_partitions(&[("events".into(), 1)]);
         assert_eq!(batch.rows, 1);
-        assert_eq!(batch.request_ids.iter().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(batch.request_ids.iter().map(|(f, c)| (*f, *c)).collect::<Vec<_>>(), [(1, 10)]);
         assert_eq!(batch.days.len(), 1);
         assert!(!batch.offsets.contains_key(&key(1)));
         batch.drop_partitions(&[("events".into(), 0)]);
@@ -318,10 +428,13 @@ mod tests {
     }
 
     #[test]
-    fn recent_ids_forget_the_oldest() {
+    fn recent_ids_forget_the_oldest_and_tell_a_retry_from_a_conflict() {
         let mut ids = RecentIds::new(2);
-        ids.extend([1, 2, 3]);
-        assert!(!ids.contains(1) && ids.contains(2) && ids.contains(3));
+        ids.extend([(1, 10), (2, 20), (3, 30)]);
+        assert_eq!((ids.get(1), ids.get(2), ids.get(3)), (None, Some(20), Some(30)));
+        assert_eq!(Seen::of(ids.get(1), 10), Seen::New);
+        assert_eq!(Seen::of(ids.get(2), 20), Seen::Retry);
+        assert_eq!(Seen::of(ids.get(3), 31), Seen::Conflict);
         assert_eq!(fingerprint("req-1"), fingerprint("req-1"));
         assert_ne!(fingerprint("req-1"), fingerprint("req-2"));
     }

@@ -1,20 +1,28 @@
 //! The ClickHouse stage. In: batches of rows already encoded as RowBinary
 //! ([`HotRow::encode`]), one UTC day per insert, and the log of rejected
-//! messages. Out: rows durable in the hot tier, and, for the replay
-//! filter, the Kafka offsets already stored.
+//! messages, one UTC day per insert. Out: rows durable in the hot tier.
 //!
 //! Exactly once without transactions: every row carries its Kafka
 //! coordinates (topic, partition, offset). One INSERT holds one day, so it
 //! lands as one part of one partition and is atomic. After a crash or a
-//! rebalance, the new owner of a partition asks which offsets past the
-//! committed one are already stored and skips them ([`ClickHouseSink::stored_offsets`]).
+//! rebalance, the new owner of a partition learns from the replay log
+//! ([`crate::replay_log`]) which offsets past the committed one are
+//! already handled and skips them.
+//!
+//! Every INSERT names its columns ([`inferlog_store::tables`]): a column an
+//! operator adds is left to its default. At start the tables are created
+//! if missing and compared with what ingest writes: a missing column or
+//! another type stops ingest (exit 2) naming it, before anything is
+//! written. Inserts are synchronous where the server knows `async_insert`,
+//! so an acknowledged insert is a part on disk before its offset is
+//! committed.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use clickhouse::{Client, Row};
 use inferlog_schema::{InferenceEvent, SCHEMA_VERSION};
+use inferlog_store::tables::{self, ExistingColumn, Shape};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ClickHouseConfig;
@@ -62,7 +70,7 @@ pub struct HotRow {
 }
 
 impl HotRow {
-    pub fn new(e: InferenceEvent, topic: std::sync::Arc<str>, partition: i32, offset: i64, ingested_at: u32) -> HotRow {
+    pub fn new(e: InferenceEvent, topic: std::sync::Arc<str>, partition: u16, offset: i64, ingested_at: u32) -> HotRow {
         // Timestamps are validated to lie in 2000..2100, so these fit.
         let day = e.timestamp_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY) as u16;
         HotRow {
@@ -95,19 +103,22 @@ impl HotRow {
             truncated: e.truncated.map(u8::from),
             schema_version: SCHEMA_VERSION as u8,
             kafka_topic: topic,
-            kafka_partition: partition as u16,
+            kafka_partition: partition,
             kafka_offset: offset as u64,
             ingested_at,
         }
     }
 
     /// Appends the row in ClickHouse's RowBinary format, in the column
-    /// order of [`hot_table_ddl`]: a batch holds its rows encoded (about
+    /// order of [`tables::HOT`]: a batch holds its rows encoded (about
     /// 330 bytes a row, against about 750 as a `HotRow` with its strings),
     /// and the normalizing threads encode them. Checked against the
     /// `clickhouse` crate's own serializer of this struct on a real server
-    /// (`tests/tests/ingest.rs`).
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// (`tests/tests/ingest.rs`). Returns how many of the bytes written are
+    /// the event itself (what two retries of one request share); the rest
+    /// are its Kafka coordinates and ingest time.
+    pub fn encode(&self, out: &mut Vec<u8>) -> usize {
+        let start = out.len();
         out.extend_from_slice(&self.day.to_le_bytes());
         out.extend_from_slice(&self.event_time.to_le_bytes());
         out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
@@ -134,10 +145,12 @@ impl HotRow {
         put_nullable(out, self.gpu_mem_peak_mb, |out, v| out.extend_from_slice(&v.to_le_bytes()));
         put_nullable(out, self.truncated, |out, v| out.push(v));
         out.push(self.schema_version);
+        let event = out.len() - start;
         put_str(out, &self.kafka_topic);
         out.extend_from_slice(&self.kafka_partition.to_le_bytes());
         out.extend_from_slice(&self.kafka_offset.to_le_bytes());
         out.extend_from_slice(&self.ingested_at.to_le_bytes());
+        event
     }
 }
 
@@ -170,8 +183,17 @@ fn put_nullable<T>(out: &mut Vec<u8>, value: Option<T>, put: impl FnOnce(&mut Ve
 #[derive(Debug, Clone)]
 pub struct EncodedRows {
     pub chunks: Vec<Bytes>,
-    pub first: (Arc<str>, u16, u64),
+    pub first: (Arc<str>, i32, i64),
     pub rows: usize,
+}
+
+/// A Kafka partition number as the tables store it (`UInt16`). Ingest
+/// refuses a partition beyond it when it is assigned, so this never fails
+/// on an owned partition; it is never cast.
+pub fn table_partition(topic: &str, partition: i32) -> Result<u16, IngestError> {
+    u16::try_from(partition).map_err(|_| {
+        IngestError::Config(format!("partition {partition} of topic {topic} does not fit the tables' kafka_partition (UInt16, 0..=65535)"))
+    })
 }
 
 /// One rejected message, as logged in ClickHouse next to the DLQ (so rejects
@@ -191,8 +213,8 @@ pub struct RejectRow {
 }
 
 #[derive(Debug, Row, Deserialize)]
-struct OffsetRow {
-    kafka_offset: u64,
+pub(crate) struct OffsetRow {
+    pub kafka_offset: u64,
 }
 
 #[derive(Debug, Row, Deserialize)]
@@ -200,16 +222,42 @@ struct VersionRow {
     version: String,
 }
 
+#[derive(Debug, Row, Deserialize)]
+struct NameRow {
+    name: String,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct ColumnRow {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    default_kind: String,
+}
+
+/// What the server offers, learned at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServerFeatures {
+    pub version: (u32, u32),
+    /// The server knows `async_insert` (21.11 on): inserts send `async_insert=0`.
+    pub async_insert: bool,
+    /// The server knows the MergeTree setting `fsync_after_insert`.
+    pub fsync_after_insert: bool,
+}
+
 /// The hot tier's tables and the one client that writes them.
 #[derive(Clone)]
 pub struct ClickHouseSink {
-    /// Bound to the database: inserts and queries.
-    client: Client,
+    /// Bound to the database: inserts and queries (with `async_insert=0`
+    /// once [`ClickHouseSink::prepare`] found the server knows it).
+    pub(crate) client: Client,
     /// Not bound to a database: `CREATE DATABASE`.
     admin: Client,
-    database: String,
-    table: String,
-    rejects_table: String,
+    pub(crate) database: String,
+    pub(crate) table: String,
+    pub(crate) rejects_table: String,
+    pub(crate) replay_table: String,
+    fsync_after_insert: bool,
 }
 
 impl std::fmt::Debug for ClickHouseSink {
@@ -220,80 +268,6 @@ impl std::fmt::Debug for ClickHouseSink {
 
 pub use inferlog_store::hot::parse_version;
 
-/// DDL of the hot table. Works on ClickHouse 18.16 and current releases;
-/// `LowCardinality` is used where the server has it without a setting.
-///
-/// - ReplacingMergeTree: a producer retry that slipped past ingest's
-///   request-id window has an identical sorting key, so merges collapse it
-///   (ingest itself never writes a replayed offset twice).
-/// - PARTITION BY day: retention and the compactor work a UTC day at a time
-///   (`DROP PARTITION`), and time-range queries prune to the days they touch.
-/// - ORDER BY (business_line, model_name, model_version, event_time, request_id):
-///   the questions users ask filter by business line and model version over
-///   a time range (p99 by input bucket, tokens by business line, errors by
-///   code and stage); the key prefix makes those range scans, and low-
-///   cardinality columns first compress best. request_id last makes the
-///   key unique per request, as ReplacingMergeTree needs.
-pub fn hot_table_ddl(database: &str, table: &str, server: (u32, u32)) -> String {
-    let lc = if server >= (20, 1) { "LowCardinality(String)" } else { "String" };
-    format!(
-        "CREATE TABLE IF NOT EXISTS {database}.{table} (
-            day Date,
-            event_time DateTime,
-            timestamp_ms UInt64,
-            request_id String,
-            business_line {lc},
-            model_name {lc},
-            model_version {lc},
-            input_tokens UInt32,
-            output_tokens UInt32,
-            total_latency_ms Float64,
-            error_code Int32,
-            error_stage Nullable(String),
-            user_id_hash Nullable(String),
-            tenant Nullable(String),
-            session_id Nullable(String),
-            request_type Nullable(String),
-            queue_wait_ms Nullable(Float64),
-            prefill_time_ms Nullable(Float64),
-            decode_time_ms Nullable(Float64),
-            ttft_ms Nullable(Float64),
-            tpot_ms Nullable(Float64),
-            gpu_id Nullable(UInt32),
-            batch_size Nullable(UInt32),
-            cache_hit Nullable(UInt8),
-            cache_prefix_tokens Nullable(UInt32),
-            gpu_mem_peak_mb Nullable(Float64),
-            truncated Nullable(UInt8),
-            schema_version UInt8,
-            kafka_topic String,
-            kafka_partition UInt16,
-            kafka_offset UInt64,
-            ingested_at DateTime
-        ) ENGINE = ReplacingMergeTree()
-        PARTITION BY day
-        ORDER BY (business_line, model_name, model_version, event_time, request_id)"
-    )
-}
-
-fn rejects_table_ddl(database: &str, table: &str) -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS {database}.{table} (
-            day Date,
-            received_at DateTime,
-            reason String,
-            field String,
-            message String,
-            kafka_topic String,
-            kafka_partition UInt16,
-            kafka_offset UInt64,
-            bytes UInt32
-        ) ENGINE = MergeTree()
-        PARTITION BY day
-        ORDER BY (reason, received_at)"
-    )
-}
-
 impl ClickHouseSink {
     pub fn new(config: &ClickHouseConfig) -> Result<ClickHouseSink, IngestError> {
         let client = config.client()?;
@@ -303,10 +277,12 @@ impl ClickHouseSink {
             database: config.database.clone(),
             table: config.table.clone(),
             rejects_table: config.rejects_table.clone(),
+            replay_table: tables::replay_log_table(&config.table),
+            fsync_after_insert: config.fsync_after_insert,
         })
     }
 
-    fn error(&self, operation: &'static str, table: &str, source: clickhouse::error::Error) -> IngestError {
+    pub(crate) fn error(&self, operation: &'static str, table: &str, source: clickhouse::error::Error) -> IngestError {
         IngestError::ClickHouse { operation, table: format!("{}.{table}", self.database), source }
     }
 
@@ -315,43 +291,110 @@ impl ClickHouseSink {
         Ok(row.version)
     }
 
-    /// Creates the database and both tables if missing.
-    pub async fn ensure_schema(&self) -> Result<(), IngestError> {
+    /// Whether `system.<table>` lists a setting called `name`.
+    async fn knows(&self, table: &str, name: &str) -> Result<bool, IngestError> {
+        let sql = format!("SELECT name FROM system.{table} WHERE name = ?");
+        let rows = self.admin.query(&sql).bind(name).fetch_all::<NameRow>().await.map_err(|e| self.error("settings lookup", table, e))?;
+        Ok(rows.iter().any(|r| r.name == name))
+    }
+
+    /// This sink, ready: [`ClickHouseSink::prepare`] on a copy.
+    pub async fn prepared(&self) -> Result<(ClickHouseSink, ServerFeatures), IngestError> {
+        let mut sink = self.clone();
+        let features = sink.prepare().await?;
+        Ok((sink, features))
+    }
+
+    /// Creates the database and the tables if missing, checks each against
+    /// what ingest writes ([`IngestError::TableDrift`] on a missing column
+    /// or another type; the table's other columns are logged once), and
+    /// makes every insert synchronous where the server knows
+    /// `async_insert`. Run once, before anything is read.
+    pub async fn prepare(&mut self) -> Result<ServerFeatures, IngestError> {
         let version = parse_version(&self.server_version().await?);
+        let features = ServerFeatures {
+            version,
+            async_insert: self.knows("settings", "async_insert").await?,
+            fsync_after_insert: self.knows("merge_tree_settings", "fsync_after_insert").await?,
+        };
         let db = &self.database;
-        let statements = [
-            (format!("CREATE DATABASE IF NOT EXISTS {db}"), "-"),
-            (hot_table_ddl(db, &self.table, version), self.table.as_str()),
-            (rejects_table_ddl(db, &self.rejects_table), self.rejects_table.as_str()),
-        ];
-        for (sql, table) in statements {
-            self.admin.query(&sql).execute().await.map_err(|e| self.error("create", table, e))?;
+        self.admin.query(&format!("CREATE DATABASE IF NOT EXISTS {db}")).execute().await.map_err(|e| self.error("create", "-", e))?;
+        let fsync = self.fsync_after_insert && features.fsync_after_insert;
+        for (shape, table) in [(tables::HOT, &self.table), (tables::REJECTS, &self.rejects_table), (tables::REPLAY_LOG, &self.replay_table)] {
+            let mut ddl = shape.ddl(db, table, version);
+            if fsync && shape.what == tables::HOT.what {
+                ddl.push_str("\nSETTINGS fsync_after_insert = 1, fsync_part_directory = 1");
+            }
+            self.admin.query(&ddl).execute().await.map_err(|e| self.error("create", table, e))?;
+            self.check(&shape, table).await?;
         }
-        Ok(())
+        if fsync {
+            // A table created before the setting was configured gets it too.
+            let sql = format!("ALTER TABLE {db}.{} MODIFY SETTING fsync_after_insert = 1, fsync_part_directory = 1", self.table);
+            self.admin.query(&sql).execute().await.map_err(|e| self.error("alter settings", &self.table, e))?;
+        } else if self.fsync_after_insert {
+            tracing::info!(version = ?version, "this server has no MergeTree setting fsync_after_insert: parts are written without fsync (docs/operations.md, failure model)");
+        }
+        if features.async_insert {
+            self.client = self.client.clone().with_setting("async_insert", "0");
+        }
+        tracing::info!(?features, fsync_after_insert = fsync, "clickhouse tables checked");
+        Ok(features)
+    }
+
+    /// Compares `table` with `shape`: drift is an error naming each column
+    /// and both types; columns ingest does not write are logged.
+    async fn check(&self, shape: &Shape, table: &str) -> Result<(), IngestError> {
+        let rows = self
+            .admin
+            .query("SELECT name, type, default_kind FROM system.columns WHERE database = ? AND table = ?")
+            .bind(&self.database)
+            .bind(table)
+            .fetch_all::<ColumnRow>()
+            .await
+            .map_err(|e| self.error("column check", table, e))?;
+        let existing: Vec<ExistingColumn> =
+            rows.into_iter().map(|r| ExistingColumn { name: r.name, ty: r.ty, default_kind: r.default_kind }).collect();
+        match shape.check(&existing) {
+            Ok(extra) => {
+                if !extra.is_empty() {
+                    let columns: Vec<String> =
+                        extra.iter().map(|c| format!("{} {} {}", c.name, c.ty, c.default_kind).trim_end().to_owned()).collect();
+                    tracing::info!(table = %format!("{}.{table}", self.database), ?columns, "the table has columns ingest does not write: inserts leave them to their defaults");
+                }
+                Ok(())
+            }
+            Err(drift) => Err(IngestError::TableDrift {
+                table: format!("{}.{table}", self.database),
+                what: shape.what,
+                drift: drift.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+            }),
+        }
     }
 
     /// Inserts encoded rows of one UTC day as one INSERT (one part:
-    /// atomic). A retry first checks whether the earlier attempt landed
-    /// after all (its answer lost to a dropped connection): all of it did
-    /// or none did.
+    /// atomic), naming every column. A retry first checks whether the
+    /// earlier attempt landed after all (its answer lost to a dropped
+    /// connection): all of it did or none did.
     pub async fn insert_rows(&self, rows: &EncodedRows, retry: bool) -> Result<(), IngestError> {
         if rows.rows == 0 {
             return Ok(());
         }
         let (topic, partition, offset) = &rows.first;
-        if retry && self.has_offset(&self.table, topic, *partition, *offset).await? {
+        if retry && self.has_offset(&self.table, topic, table_partition(topic, *partition)?, *offset as u64).await? {
             tracing::info!(table = %self.table, rows = rows.rows, "an earlier attempt of this insert landed; not inserting again");
             return Ok(());
         }
         let table = &self.table;
-        let mut insert = self.client.insert_formatted_with(format!("INSERT INTO {}.{table} FORMAT RowBinary", self.database));
+        let mut insert = self.client.insert_formatted_with(tables::HOT.insert_sql(&self.database, table, "RowBinary"));
         for chunk in &rows.chunks {
             insert.send(chunk.clone()).await.map_err(|e| self.error("insert", table, e))?;
         }
         insert.end().await.map_err(|e| self.error("insert", table, e))
     }
 
-    /// Logs rejects, with the same landed-already check on retry.
+    /// Logs the rejects of one day (one INSERT: atomic), with the same
+    /// landed-already check on retry.
     pub async fn insert_rejects(&self, rows: &[RejectRow], retry: bool) -> Result<(), IngestError> {
         let Some(first) = rows.first() else { return Ok(()) };
         if retry && self.has_offset(&self.rejects_table, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
@@ -375,7 +418,9 @@ impl ClickHouseSink {
         Ok(!rows.is_empty())
     }
 
-    async fn insert<T: Row + Serialize + for<'a> clickhouse::RowWrite<Value<'a> = T> + 'static>(
+    /// One typed INSERT naming the columns of `T` (the `clickhouse` crate
+    /// lists a `Row`'s fields).
+    pub(crate) async fn insert<T: Row + Serialize + for<'a> clickhouse::RowWrite<Value<'a> = T> + 'static>(
         &self,
         table: &str,
         rows: &[T],
@@ -388,27 +433,6 @@ impl ClickHouseSink {
             insert.write(row).await.map_err(|e| self.error("insert", table, e))?;
         }
         insert.end().await.map_err(|e| self.error("insert", table, e))
-    }
-
-    /// Offsets ≥ `from` of one topic partition already stored, as rows or
-    /// as logged rejects: what a replay must skip.
-    pub async fn stored_offsets(&self, topic: &str, partition: i32, from: i64) -> Result<HashSet<i64>, IngestError> {
-        let mut stored = HashSet::new();
-        for table in [&self.table, &self.rejects_table] {
-            let sql =
-                format!("SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ?", self.database);
-            let rows = self
-                .client
-                .query(&sql)
-                .bind(topic)
-                .bind(partition as u16)
-                .bind(from.max(0) as u64)
-                .fetch_all::<OffsetRow>()
-                .await
-                .map_err(|e| self.error("replay-filter query", table, e))?;
-            stored.extend(rows.into_iter().map(|r| r.kafka_offset as i64));
-        }
-        Ok(stored)
     }
 }
 
@@ -433,10 +457,20 @@ mod tests {
         assert_eq!(out, [1, 0, 7]);
     }
 
+    /// The typed inserts name the columns of their table's shape, in order.
     #[test]
-    fn version_gates_low_cardinality() {
+    fn the_rejects_row_is_the_rejects_tables_shape() {
+        let shape: Vec<&str> = tables::REJECTS.columns.iter().map(|c| c.name).collect();
+        assert_eq!(<RejectRow as Row>::COLUMN_NAMES, shape.as_slice());
+        let hot: Vec<&str> = tables::HOT.columns.iter().map(|c| c.name).collect();
+        assert_eq!(<HotRow as Row>::COLUMN_NAMES, hot.as_slice());
         assert_eq!(parse_version("18.16.1"), (18, 16));
-        assert!(!hot_table_ddl("d", "t", parse_version("18.16.1")).contains("LowCardinality"));
-        assert!(hot_table_ddl("d", "t", parse_version("24.8.4.13")).contains("LowCardinality(String)"));
+    }
+
+    #[test]
+    fn a_partition_beyond_uint16_is_refused_not_cast() {
+        assert_eq!(table_partition("t", 65_535).ok(), Some(65_535));
+        let e = table_partition("t", 65_536).expect_err("too large");
+        assert!(e.to_string().contains("partition 65536 of topic t"), "{e}");
     }
 }

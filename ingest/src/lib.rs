@@ -1,23 +1,37 @@
 //! `inferlog-ingest`: Kafka → validate/normalize → ClickHouse, exactly once,
 //! with rejects to the DLQ. Stages, in data-flow order:
 //!
-//! [`source`] (Kafka consumer group) → [`normalize`] (a chunk of messages
-//! validated and normalized with `inferlog-schema`, and encoded as
-//! ClickHouse rows, on a small thread pool)
-//! → [`pipeline`] (skip replays and retries, in offset order) → [`batch`]
-//! (per-day batches) → [`writer`] task, one batch in flight: [`clickhouse_sink`]
-//! (hot rows) and [`dlq`] (rejects) → commit.
+//! [`source`] (Kafka consumer group; [`partitions`] owned and started) →
+//! [`normalize`] (a chunk of messages validated and normalized with
+//! `inferlog-schema`, and encoded as ClickHouse rows, on a small thread
+//! pool) → [`pipeline`] (drop unowned partitions' messages, skip replays
+//! and retries, in offset order; [`skew`] of event clocks) → [`batch`]
+//! (per-day batches) → [`writer`] task, one batch in flight:
+//! [`replay_log`] (what the batch covers), [`clickhouse_sink`] (hot rows)
+//! and [`dlq`] (rejects) → [`commit`].
+//!
+//! Beside the loop: [`broker`] (retried broker round trips), [`lag`]
+//! (consumer lag, its own task), [`drain`] (`--exit-when-idle`),
+//! [`offsets`] (per-partition bookkeeping), [`hooks`] (test faults).
 
 pub mod batch;
+pub mod broker;
 pub mod clickhouse_sink;
+pub mod commit;
 pub mod config;
 pub mod dlq;
+pub mod drain;
 pub mod error;
+pub mod hooks;
+pub mod lag;
 pub mod memory;
 pub mod metrics;
 pub mod normalize;
 pub mod offsets;
+pub mod partitions;
 pub mod pipeline;
+pub mod replay_log;
+pub mod skew;
 pub mod source;
 pub mod writer;
 

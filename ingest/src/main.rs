@@ -1,6 +1,8 @@
 //! `inferlog-ingest --config FILE [--exit-when-idle DURATION]`: the consumer
 //! daemon. Logs to stderr. Exit 0 after a clean shutdown (SIGTERM/SIGINT,
-//! or drained with --exit-when-idle), 2 on config or connection errors.
+//! or drained with --exit-when-idle), 2 on permanent errors (config,
+//! credentials, rights, a drifted table, a missing DLQ), 75 on transient
+//! ones that outlasted their wait, 70 when a task panicked (a bug).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +28,10 @@ fn main() -> ExitCode {
     inferlog_ingest::memory::fix_mmap_threshold();
     inferlog_store::cli::init_logging();
     let cli = Cli::parse();
+    if let Err(e) = inferlog_ingest::hooks::refuse_unless_built_in() {
+        tracing::error!(error = %e, "refusing to start");
+        return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
+    }
     let config = match Config::load(&cli.config) {
         Ok(c) => c,
         Err(e) => {
@@ -40,8 +46,14 @@ fn main() -> ExitCode {
             return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
         }
     };
-    runtime.block_on(async move {
-        let shutdown = inferlog_store::cli::shutdown_signal("stopping fetch, flushing, committing");
+    let code = runtime.block_on(async move {
+        let shutdown = match inferlog_store::cli::shutdown_signal("stopping fetch, flushing, committing") {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot install the SIGTERM / SIGINT handlers: a daemon that cannot be stopped cleanly does not start");
+                return inferlog_schema::error::exit::PERMANENT;
+            }
+        };
         let metrics = metrics::Metrics::new();
         if !config.ingest.metrics_addr.is_empty() {
             let (addr, m, s) = (config.ingest.metrics_addr.clone(), metrics.clone(), shutdown.clone());
@@ -60,13 +72,17 @@ fn main() -> ExitCode {
                     duplicates = summary.duplicates,
                     "ingest stopped cleanly"
                 );
-                ExitCode::SUCCESS
+                inferlog_schema::error::exit::OK
             }
             Err(e) => {
                 let class = e.class();
-                tracing::error!(error = %e, ?class, "ingest failed");
-                ExitCode::from(class.exit_code())
+                tracing::error!(error = %e, ?class, exit_code = e.exit_code(), "ingest failed");
+                e.exit_code()
             }
         }
-    })
+    });
+    // A broker call still blocked (a broker that went away) must not hold
+    // the exit past the shutdown budget.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    ExitCode::from(code)
 }

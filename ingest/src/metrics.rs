@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inferlog_store::http::registered;
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
 
 use crate::error::IngestError;
@@ -34,6 +34,10 @@ pub struct Metrics {
     dlq_truncated: IntCounter,
     caught_up_flushes: IntCounter,
     session_lost: IntCounter,
+    commit_failures: IntCounter,
+    unowned: IntCounter,
+    pauses: IntCounter,
+    clock_skew: HistogramVec,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
 }
@@ -92,6 +96,29 @@ impl Metrics {
                 "inferlog_ingest_session_lost_batches_total",
                 "Batches not written because the group session timed out (their messages are read again by the partitions' next owner)",
             ),
+            commit_failures: counter(
+                "inferlog_ingest_commit_failures_total",
+                "Offset commits that failed or timed out (the rows are durable; the partition's next reader skips them by the replay log)",
+            ),
+            unowned: counter(
+                "inferlog_ingest_unowned_messages_total",
+                "Messages of a partition this member no longer owns (revoked while they were read), dropped unwritten for their next owner",
+            ),
+            pauses: counter(
+                "inferlog_ingest_pauses_total",
+                "Waits (a slow or failing write, a partition start) served with every partition paused, so the group keeps this member",
+            ),
+            clock_skew: registered(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "inferlog_ingest_event_clock_skew_seconds",
+                        "Event timestamp less its Kafka message timestamp, per topic: hours away means a producer clock is off (local time, unsynchronised)",
+                    )
+                    .buckets(vec![-86_400.0, -3_600.0, -600.0, -60.0, -10.0, -1.0, 0.0, 1.0, 10.0, 60.0, 600.0, 3_600.0, 86_400.0]),
+                    &["topic"],
+                ),
+            ),
             consumer_lag,
             inflight_rows,
             healthy: Arc::new(AtomicBool::new(true)),
@@ -114,6 +141,29 @@ impl Default for Metrics {
 /// it is bumped for every message).
 pub fn messages_counter(m: &Metrics, topic: &str) -> prometheus::IntCounter {
     m.messages.with_label_values(&[topic])
+}
+
+/// The clock-skew histogram of `topic` (looked up once per topic).
+pub fn skew_histogram(m: &Metrics, topic: &str) -> Histogram {
+    m.clock_skew.with_label_values(&[topic])
+}
+
+/// An offset commit failed or timed out; nothing is lost.
+pub fn commit_failed(m: &Metrics, error: &str) {
+    m.commit_failures.inc();
+    tracing::warn!(error, "offset commit failed; the rows are durable and the partition's next reader skips them by the replay log");
+}
+
+/// A message of a partition this member does not own was dropped.
+pub fn unowned_message(m: &Metrics, topic: &str, partition: i32, offset: i64) {
+    m.unowned.inc();
+    tracing::debug!(topic, partition, offset, "message of a partition this member does not own: dropped for its owner");
+}
+
+/// A wait began with every partition paused.
+pub fn paused(m: &Metrics, what: &'static str) {
+    m.pauses.inc();
+    tracing::info!(what, "waiting with the partitions paused (the group keeps this member)");
 }
 
 /// Fields dropped from an accepted event (data minimisation).

@@ -1,8 +1,8 @@
 //! The normalizing stage. In: the payloads of a run of Kafka messages that
 //! librdkafka had ready, with their coordinates and the time they were
 //! received. Out: for each, in the same order, its hot row encoded as
-//! RowBinary (with its UTC day and request-id fingerprint) or its
-//! rejection (`inferlog-schema`).
+//! RowBinary (with its UTC day, its event time, its request-id fingerprint
+//! and the hash of its content) or its rejection (`inferlog-schema`).
 //!
 //! Validation and encoding are most of ingest's CPU. They are pure, so a
 //! chunk is spread over `ingest.normalize_threads` threads while the
@@ -36,7 +36,8 @@ const PARALLEL_FROM: usize = 64;
 pub struct Input<'a> {
     pub payload: &'a [u8],
     pub topic: &'a Arc<str>,
-    pub partition: i32,
+    /// As the tables store it (checked when the partition was assigned).
+    pub partition: u16,
     pub offset: i64,
 }
 
@@ -46,7 +47,13 @@ pub enum Outcome {
     /// A valid event: its row is `range` of its piece's bytes.
     Row {
         day: u16,
+        /// The event's own time, epoch ms.
+        timestamp_ms: i64,
         fingerprint: u64,
+        /// Hash of the row's event bytes (not its Kafka coordinates): equal
+        /// for two retries of one request, different for two requests
+        /// sharing an id.
+        content: u64,
         range: Range<usize>,
         dropped_fields: usize,
     },
@@ -103,10 +110,19 @@ impl Normalizer {
             let outcome = match self.contract.normalize(input.payload, Some(received_ms), &self.hasher) {
                 Ok(normalized) => {
                     let fingerprint = fingerprint(&normalized.event.request_id);
+                    let timestamp_ms = normalized.event.timestamp_ms;
                     let row = HotRow::new(normalized.event, input.topic.clone(), input.partition, input.offset, ingested_at);
                     let start = piece.bytes.len();
-                    row.encode(&mut piece.bytes);
-                    Outcome::Row { day: row.day, fingerprint, range: start..piece.bytes.len(), dropped_fields: normalized.dropped_fields.len() }
+                    let event = row.encode(&mut piece.bytes);
+                    let content = content_hash(&piece.bytes[start..start + event]);
+                    Outcome::Row {
+                        day: row.day,
+                        timestamp_ms,
+                        fingerprint,
+                        content,
+                        range: start..piece.bytes.len(),
+                        dropped_fields: normalized.dropped_fields.len(),
+                    }
                 }
                 Err(rejection) => Outcome::Rejected(rejection),
             };
@@ -114,6 +130,12 @@ impl Normalizer {
         }
         piece
     }
+}
+
+/// A fixed-seed hash of a row's event bytes (the same in every process).
+fn content_hash(event: &[u8]) -> u64 {
+    use std::hash::BuildHasher as _;
+    foldhash::fast::FixedState::with_seed(0x1f3a_5c7e_9b2d_4e6f).hash_one(event)
 }
 
 #[cfg(test)]
@@ -140,9 +162,14 @@ mod tests {
                         Outcome::Rejected(_) => Vec::new(),
                     };
                     let o = match o {
-                        Outcome::Row { day, fingerprint, dropped_fields, .. } => {
-                            Outcome::Row { day: *day, fingerprint: *fingerprint, range: 0..0, dropped_fields: *dropped_fields }
-                        }
+                        Outcome::Row { day, timestamp_ms, fingerprint, content, dropped_fields, .. } => Outcome::Row {
+                            day: *day,
+                            timestamp_ms: *timestamp_ms,
+                            fingerprint: *fingerprint,
+                            content: *content,
+                            range: 0..0,
+                            dropped_fields: *dropped_fields,
+                        },
                         other => other.clone(),
                     };
                     (o, bytes)
@@ -174,8 +201,9 @@ mod tests {
         let hasher = UserIdHasher::new(b"normalize-test-key-0123456789abcdef", None, "test").expect("key");
         for (i, (outcome, bytes)) in sequential.iter().enumerate() {
             match (outcome, contract.normalize(&lines[i], Some(received_ms), &hasher)) {
-                (Outcome::Row { day, fingerprint: f, dropped_fields, .. }, Ok(normalized)) => {
+                (Outcome::Row { day, fingerprint: f, dropped_fields, timestamp_ms, .. }, Ok(normalized)) => {
                     assert_eq!(*f, fingerprint(&normalized.event.request_id));
+                    assert_eq!(*timestamp_ms, normalized.event.timestamp_ms);
                     assert_eq!(*dropped_fields, normalized.dropped_fields.len());
                     let row = HotRow::new(normalized.event, topic.clone(), 3, i as i64, (received_ms / 1000) as u32);
                     assert_eq!(*day, row.day);
@@ -187,6 +215,30 @@ mod tests {
                 (got, want) => panic!("message {i}: {got:?} against {want:?}"),
             }
         }
+    }
+
+    /// Two copies of one request read at different offsets share a content
+    /// hash; a changed field gives another.
+    #[test]
+    fn retries_share_a_content_hash_and_other_content_does_not() {
+        let n = normalizer(1);
+        let topic: Arc<str> = Arc::from("events");
+        let line = br#"{"request_id":"r-1","timestamp":"2026-11-29T23:00:00Z","business_line":"search","model_name":"m","model_version":"v1","input_tokens":10,"output_tokens":5,"total_latency_ms":120.5,"error_code":0}"#;
+        let other = br#"{"request_id":"r-1","timestamp":"2026-11-29T23:00:00Z","business_line":"search","model_name":"m","model_version":"v1","input_tokens":11,"output_tokens":5,"total_latency_ms":120.5,"error_code":0}"#;
+        let inputs = [
+            Input { payload: line, topic: &topic, partition: 0, offset: 1 },
+            Input { payload: line, topic: &topic, partition: 2, offset: 90 },
+            Input { payload: other, topic: &topic, partition: 0, offset: 2 },
+        ];
+        let contents: Vec<u64> = flat(&n.normalize(&inputs, 1_796_000_000_000))
+            .into_iter()
+            .map(|(o, _)| match o {
+                Outcome::Row { content, .. } => content,
+                Outcome::Rejected(r) => panic!("{r:?}"),
+            })
+            .collect();
+        assert_eq!(contents[0], contents[1], "a retry at another offset");
+        assert_ne!(contents[0], contents[2], "another request under the same id");
     }
 
     #[test]

@@ -9,13 +9,82 @@
 //! nobody had read yet. Only the last loses data; it is counted, never
 //! hidden.
 
-use std::collections::HashSet;
+/// Offsets already handled by an earlier reader of a partition (stored,
+/// rejected or skipped), as sorted, disjoint inclusive ranges: what the
+/// replay log and the tables say, in memory proportional to the number of
+/// batches, not of rows.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StoredRanges {
+    ranges: Vec<(i64, i64)>,
+    /// The first range that may still hold an offset asked for (offsets
+    /// are asked for in ascending order).
+    next: usize,
+}
+
+impl StoredRanges {
+    /// Sorts and merges ranges that overlap or touch.
+    pub fn new(mut ranges: Vec<(i64, i64)>) -> StoredRanges {
+        ranges.retain(|(first, last)| first <= last);
+        ranges.sort_unstable();
+        let mut merged: Vec<(i64, i64)> = Vec::with_capacity(ranges.len());
+        for (first, last) in ranges {
+            match merged.last_mut() {
+                Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
+                _ => merged.push((first, last)),
+            }
+        }
+        StoredRanges { ranges: merged, next: 0 }
+    }
+
+    /// The ranges, merged.
+    pub fn ranges(&self) -> &[(i64, i64)] {
+        &self.ranges
+    }
+
+    /// How many offsets the ranges hold.
+    pub fn offsets(&self) -> u64 {
+        self.ranges.iter().map(|(f, l)| (l - f + 1) as u64).sum()
+    }
+
+    /// Whether `offset` lies in a range, for offsets asked in ascending
+    /// order (as a partition delivers them): amortised O(1).
+    fn contains_ascending(&mut self, offset: i64) -> bool {
+        while self.ranges.get(self.next).is_some_and(|(_, last)| *last < offset) {
+            self.next += 1;
+        }
+        self.ranges.get(self.next).is_some_and(|(first, _)| *first <= offset)
+    }
+
+    /// Whether no range lies ahead any more.
+    fn exhausted(&self) -> bool {
+        self.next >= self.ranges.len()
+    }
+}
+
+/// Builds [`StoredRanges`] from offsets streamed in ascending order.
+#[derive(Debug, Default)]
+pub struct RangeBuilder {
+    ranges: Vec<(i64, i64)>,
+}
+
+impl RangeBuilder {
+    pub fn push(&mut self, offset: i64) {
+        match self.ranges.last_mut() {
+            Some(last) if offset <= last.1.saturating_add(1) => last.1 = last.1.max(offset),
+            _ => self.ranges.push((offset, offset)),
+        }
+    }
+
+    pub fn finish(self) -> Vec<(i64, i64)> {
+        self.ranges
+    }
+}
 
 /// Per-partition state of the current assignment.
 #[derive(Debug, Default)]
 pub struct PartitionState {
-    /// Offsets at or past the committed one that are already stored.
-    pub replay: HashSet<i64>,
+    /// Offsets at or past the committed one that are already handled.
+    pub replay: StoredRanges,
     /// The next offset this partition must deliver: the committed offset at
     /// first, then the last handled offset + 1.
     pub expected: i64,
@@ -44,7 +113,7 @@ pub struct GapOutcome {
 }
 
 impl PartitionState {
-    pub fn new(replay: HashSet<i64>, expected: i64) -> PartitionState {
+    pub fn new(replay: StoredRanges, expected: i64) -> PartitionState {
         PartitionState { replay, expected }
     }
 
@@ -64,12 +133,11 @@ impl PartitionState {
         GapOutcome { lost, skipped: got - self.expected - lost }
     }
 
-    /// Whether `offset` was stored before this member read it (a replay
-    /// after a crash or a rebalance), forgetting it. Asked for every
-    /// message: the set is empty but for the first batch after a takeover,
-    /// and an empty one costs no hash.
+    /// Whether `offset` was handled before this member read it (a replay
+    /// after a crash or a rebalance). Asked for every message, in offset
+    /// order: past the last range it costs one comparison.
     pub fn already_stored(&mut self, offset: i64) -> bool {
-        !self.replay.is_empty() && self.replay.remove(&offset)
+        !self.replay.exhausted() && self.replay.contains_ascending(offset)
     }
 
     /// The offset was handled (stored, rejected or skipped as a replay).
@@ -138,21 +206,31 @@ pub fn drain_state(ends: &[PartitionEnd]) -> DrainState {
 mod tests {
     use super::*;
 
-    /// A stored offset is skipped once; anything else, and any offset of
-    /// a partition with nothing stored, is not.
+    /// Offsets asked in ascending order are stored exactly where a range
+    /// holds them; any offset of a partition with nothing stored is not.
     #[test]
-    fn a_stored_offset_is_a_replay_once() {
-        let mut s = PartitionState::new(HashSet::from([11, 12]), 10);
-        assert!(!s.already_stored(10));
-        assert!(s.already_stored(11));
-        assert!(!s.already_stored(11));
-        assert!(s.already_stored(12));
-        assert!(!PartitionState::new(HashSet::new(), 10).already_stored(10));
+    fn a_stored_offset_is_found_in_its_range() {
+        let mut s = PartitionState::new(StoredRanges::new(vec![(11, 12), (20, 25), (30, 30)]), 10);
+        let stored: Vec<i64> = (10..40).filter(|o| s.already_stored(*o)).collect();
+        assert_eq!(stored, [11, 12, 20, 21, 22, 23, 24, 25, 30]);
+        assert!(!PartitionState::new(StoredRanges::default(), 10).already_stored(10));
+    }
+
+    #[test]
+    fn ranges_are_sorted_and_merged_where_they_overlap_or_touch() {
+        let r = StoredRanges::new(vec![(20, 25), (5, 9), (10, 12), (24, 30), (40, 39), (50, 50)]);
+        assert_eq!(r.ranges(), [(5, 12), (20, 30), (50, 50)]);
+        assert_eq!(r.offsets(), 8 + 11 + 1);
+        let mut b = RangeBuilder::default();
+        for o in [3, 4, 5, 7, 8, 8, 12] {
+            b.push(o);
+        }
+        assert_eq!(b.finish(), [(3, 5), (7, 8), (12, 12)]);
     }
 
     #[test]
     fn offsets_are_next_again_or_a_gap() {
-        let mut s = PartitionState::new(HashSet::new(), 10);
+        let mut s = PartitionState::new(StoredRanges::default(), 10);
         assert_eq!(s.classify(10), Delivery::Next);
         assert_eq!(s.classify(9), Delivery::Again);
         assert_eq!(s.classify(12), Delivery::Gap);
@@ -162,7 +240,7 @@ mod tests {
 
     #[test]
     fn only_offsets_below_the_log_start_count_as_lost() {
-        let s = PartitionState::new(HashSet::new(), 500);
+        let s = PartitionState::new(StoredRanges::default(), 500);
         assert_eq!(s.gap(800, 700), GapOutcome { lost: 200, skipped: 100 }, "retention deleted 500..700; 700..800 were markers");
         assert_eq!(s.gap(502, 0), GapOutcome { lost: 0, skipped: 2 }, "a transaction marker");
         assert_eq!(s.gap(900, 900), GapOutcome { lost: 400, skipped: 0 });

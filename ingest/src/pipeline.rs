@@ -1,39 +1,47 @@
-//! The ingest loop. In: Kafka messages. Out: hot rows in ClickHouse, rejects
+//! The ingest loop. In: Kafka messages, each stamped with the rebalance
+//! generation it was received under. Out: hot rows in ClickHouse, rejects
 //! in the DLQ, committed offsets. One batch at a time:
 //!
 //! 1. the messages librdkafka has ready are validated and normalized
 //!    together ([`crate::normalize`], on a small thread pool), then taken
-//!    one by one in offset order: a message whose offset is already stored
-//!    (a replay after a crash or a rebalance) or whose request_id was just
-//!    stored (a producer retry) is skipped;
+//!    one by one in offset order, each after the rebalance events that
+//!    came before it ([`crate::partitions`]): a message of a partition
+//!    this member does not own is dropped; one whose offset an earlier
+//!    reader handled (the replay log) or whose request was just stored (a
+//!    producer retry) is skipped; the same request id with other content
+//!    is rejected (`request_id.conflict`);
 //! 2. when the batch is full, old, or the source has been read to its end,
-//!    it is handed to the [`crate::writer`] task, which inserts its rows one
-//!    UTC day per INSERT and produces and logs its rejects while the next
-//!    batch is read; only once that returned are its offsets committed.
+//!    it is handed to the [`crate::writer`] task, which writes it while the
+//!    next batch is read; only once that returned are its offsets committed.
 //!
-//! One batch is written while one fills: a full batch waits for the one in
-//! flight, and nothing more is fetched beyond librdkafka's bounded prefetch,
-//! so memory stays bounded however long ClickHouse is away.
+//! One batch is written while one fills. A wait longer than a second (a
+//! slow or failing ClickHouse, a partition start) pauses every partition
+//! and keeps polling the consumer, so the group keeps this member however
+//! long the outage, and memory stays two batches plus librdkafka's bounded
+//! prefetch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inferlog_schema::{Contract, UserIdHasher};
+use inferlog_schema::{Contract, ReasonCode, Rejection, UserIdHasher};
 use inferlog_store::retry::{self, Retryable};
-use rdkafka::consumer::{CommitMode, Consumer as _};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::Consumer as _;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::TopicPartitionList;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-use crate::batch::{Batch, PartitionKey, PartitionMap, RecentIds};
-use crate::clickhouse_sink::ClickHouseSink;
+use crate::batch::{Batch, PartitionKey, PartitionMap, RecentIds, Seen};
+use crate::broker::Broker;
+use crate::clickhouse_sink::{table_partition, ClickHouseSink};
 use crate::config::Config;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
 use crate::normalize::{self, Input, Normalizer, Outcome};
-use crate::offsets::{self, Delivery, DrainState, PartitionEnd, PartitionState};
+use crate::offsets::{Delivery, DrainState};
+use crate::partitions::{self, Partitions, Status};
 use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
 use crate::writer::Writer;
 
@@ -53,54 +61,35 @@ pub struct Summary {
     pub duplicates: u64,
 }
 
-/// With no message for this long, the source counts as read to its end
-/// (`ingest.flush_when_caught_up_rows`). Several of librdkafka's fetch waits.
+/// With no message for this long, the source counts as read to its end.
 const CAUGHT_UP_AFTER: Duration = Duration::from_millis(100);
-
-/// With `--exit-when-idle`, how long past the idle time a member waits for
-/// its first partition (joining a group takes a few seconds).
+/// With `--exit-when-idle`, how long past the idle time a member waits for its first partition.
 const NO_ASSIGNMENT_GRACE: Duration = Duration::from_secs(30);
-
-/// With `--exit-when-idle`, how long past the idle time ingest waits for
-/// partitions that are behind their end yet deliver nothing, before it
-/// exits 75 naming them (a wait, never a hang).
+/// With `--exit-when-idle`, how long past the idle time ingest waits for partitions behind their end yet silent.
 const NOT_DRAINED_LIMIT: Duration = Duration::from_secs(300);
-
 /// With `--exit-when-idle`, how often the drain check asks the broker.
 const DRAIN_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// A wait longer than this pauses the partitions and serves the consumer.
+const PAUSE_AFTER: Duration = Duration::from_secs(1);
+/// Longest a commit may take outside a shutdown (then it counts as failed).
+const COMMIT_LIMIT: Duration = Duration::from_secs(30);
 
-/// Waits for the writer task of the batch in flight (forever if none) and
-/// returns its outcome; what to commit stays in `in_flight`.
-async fn written(in_flight: &mut Option<InFlight>) -> Result<Result<(), IngestError>, tokio::task::JoinError> {
-    match in_flight {
-        Some(f) => (&mut f.task).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Runs a blocking call of the consumer (broker round trips) off the async
-/// workers; `what` names the call if its task panics.
-async fn on_consumer<T: Send + 'static>(
-    consumer: &Arc<Consumer>,
-    what: &'static str,
-    call: impl FnOnce(&Consumer) -> T + Send + 'static,
-) -> Result<T, IngestError> {
-    let consumer = consumer.clone();
-    tokio::task::spawn_blocking(move || call(&consumer)).await.map_err(|e| IngestError::Config(format!("{what} task: {e}")))
-}
-
-/// The batch the writer task is making durable. The task owns its rows
-/// (and frees them on its own thread); the pipeline keeps what it commits
-/// and counts.
+/// The batch the writer task is making durable.
 struct InFlight {
-    /// Highest offset handled per partition: committed + 1 once durable.
-    offsets: PartitionMap<i64>,
-    /// Rows and rejects, as counted by the batch.
+    batch: Written,
+    task: JoinHandle<Result<(), IngestError>>,
+}
+
+/// What the pipeline keeps of a batch it handed to the writer.
+struct Written {
+    offsets: PartitionMap<(i64, i64)>,
     buffered: usize,
     rejects: usize,
-    task: tokio::task::JoinHandle<Result<(), IngestError>>,
     started: Instant,
 }
+
+/// A topic's shared name and its per-topic metrics, looked up once.
+type TopicEntry = (Arc<str>, prometheus::IntCounter);
 
 struct Pipeline {
     config: Config,
@@ -109,19 +98,25 @@ struct Pipeline {
     in_flight: Option<InFlight>,
     gate: Arc<FlushGate>,
     consumer: Arc<Consumer>,
+    broker: Broker,
     rebalances: Arc<RebalanceLog>,
     fatal: Arc<source::FatalError>,
     metrics: Metrics,
-    partitions: PartitionMap<PartitionState>,
-    topics: HashMap<String, (Arc<str>, prometheus::IntCounter)>,
+    partitions: Partitions,
+    topics: HashMap<String, TopicEntry>,
     recent: RecentIds,
     batch: Batch,
     summary: Summary,
     assigned_once: bool,
-    /// The batch filling now began when the one before it was full: the
-    /// source had a backlog, and when it goes quiet this batch is its tail,
-    /// flushed whatever its size.
+    /// The batch filling now began when the one before it was full: when
+    /// the source goes quiet it is a backlog's tail, flushed whatever its size.
     after_full: bool,
+    /// Messages that arrived while a wait served the consumer, with their generation.
+    carry: Vec<(OwnedMessage, u64)>,
+    /// Test hook: hold the next chunk until a revocation arrives.
+    hold_chunk: bool,
+    /// The last rebalance generation applied.
+    applied: u64,
 }
 
 /// Runs until `shutdown` flips to true (then flushes and commits) or, with
@@ -130,23 +125,28 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
     let normalizer = Normalizer::new(contract, hasher, config.ingest.normalize_threads)?;
-    let sink = ClickHouseSink::new(&config.clickhouse)?;
-    // ClickHouse may still be starting: wait for it, until a shutdown.
+    let unprepared = ClickHouseSink::new(&config.clickhouse)?;
+    let backoff = (config.ingest.retry_initial_backoff, config.ingest.retry_max_backoff);
+    // ClickHouse may still be starting: wait for it, until a shutdown; a
+    // refusal (credentials, rights) or a drifted table ends the run.
     let mut attempt = 0;
-    (|| sink.ensure_schema())
-        .retry(retry::backoff(config.ingest.retry_initial_backoff, config.ingest.retry_max_backoff))
+    let (sink, _features) = (|| unprepared.prepared())
+        .retry(retry::backoff(backoff.0, backoff.1))
         .sleep(retry::ShutdownSleeper::new(shutdown.clone()))
-        .when(|_| !*shutdown.borrow())
+        .when(|e| e.retry_in_place() && !*shutdown.borrow())
         .notify(|e, wait| {
             attempt += 1;
             metrics::insert_failed(&metrics, e, attempt, wait);
         })
         .await?;
-    let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka)?;
+    let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka, &metrics)?;
     let dlq = Dlq::new(&config.kafka, metrics.clone())?;
+    dlq.check_topic().await?;
+    let lag = crate::lag::spawn(consumer.clone(), metrics.clone(), shutdown.clone());
     let mut p = Pipeline {
         recent: RecentIds::new(config.ingest.dedup_window),
         writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone()),
+        broker: Broker::new(consumer.clone(), config.kafka.clone(), backoff, shutdown.clone(), metrics.clone()),
         config,
         normalizer,
         in_flight: None,
@@ -155,46 +155,51 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         rebalances,
         fatal,
         metrics,
-        partitions: PartitionMap::default(),
+        partitions: Partitions::default(),
         topics: HashMap::new(),
         batch: Batch::default(),
         summary: Summary::default(),
         assigned_once: false,
         after_full: false,
+        carry: Vec::new(),
+        hold_chunk: crate::hooks::hold_chunk_until_revoked(),
+        applied: 0,
     };
-    tracing::info!(topics = ?p.config.kafka.topics, group = %p.config.kafka.group_id, "ingest started");
+    tracing::info!(topics = ?p.config.kafka.topics, group = %p.config.kafka.group_id, assignor = %p.config.kafka.assignor, "ingest started");
     let result = p.consume(&options, &mut shutdown).await;
-    if let Err(e) = result {
-        // Nothing more is committed: what was read is re-read on restart.
-        if let Some(in_flight) = p.in_flight.take() {
-            in_flight.task.abort();
-            let _ = in_flight.task.await;
-        }
-        p.consumer.unsubscribe();
-        return Err(e);
-    }
+    lag.abort();
+    let _ = lag.await;
+    let deadline = p.writer.start_deadline().unwrap_or_else(Instant::now);
     // Stop fetching, then make what was read durable and commit it within
-    // the shutdown budget. Without the commit the messages are re-read.
-    p.writer.start_deadline();
-    let mut final_flush = p.flush().await;
-    if final_flush.is_ok() {
-        final_flush = p.finish_in_flight().await;
+    // the shutdown budget. Without the commit the messages are re-read, and
+    // the replay log skips what landed.
+    let result = match result {
+        Ok(()) => {
+            let budget = deadline.saturating_duration_since(Instant::now());
+            let last = async {
+                p.flush().await?;
+                p.finish_in_flight().await
+            };
+            tokio::time::timeout(budget, last).await.unwrap_or(Err(IngestError::ShutdownTimeout(p.config.ingest.shutdown_timeout)))
+        }
+        Err(e) => Err(e),
+    };
+    if let Some(in_flight) = p.in_flight.take() {
+        // Not durable: nothing of it is committed, it is read again on restart.
+        in_flight.task.abort();
+        let _ = in_flight.task.await;
     }
-    p.writer.dlq.flush(Duration::from_secs(5));
-    p.consumer.unsubscribe();
-    final_flush?;
-    Ok(p.summary)
+    let summary = p.summary.clone();
+    p.close(deadline).await;
+    result.map(|()| summary)
 }
 
 impl Pipeline {
     async fn consume(&mut self, options: &RunOptions, shutdown: &mut watch::Receiver<bool>) -> Result<(), IngestError> {
         let started = Instant::now();
         let mut last_message = Instant::now();
-        let mut ticker = tokio::time::interval(Duration::from_millis(250));
         let mut last_drain_check = Instant::now() - DRAIN_CHECK_EVERY;
-        let mut lag_ticker = tokio::time::interval_at((Instant::now() + Duration::from_secs(2)).into(), Duration::from_secs(5));
-        // After a long flush, one check rather than a burst.
-        lag_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
         let consumer = self.consumer.clone();
         loop {
             let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);
@@ -204,30 +209,34 @@ impl Pipeline {
                 biased;
                 _ = shutdown.changed() => return Ok(()),
                 // The batch in flight is durable: commit it now, not at the next hand-over.
-                written = written(&mut self.in_flight), if self.in_flight.is_some() => self.committed(written).await?,
+                written = written(&mut self.in_flight), if self.in_flight.is_some() => {
+                    if let Some(InFlight { batch, .. }) = self.in_flight.take() {
+                        self.committed(batch, written.map_err(|e| IngestError::join("writer", e)).and_then(|r| r)).await?;
+                    }
+                }
                 _ = async { tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now).into()).await }, if flush_at.is_some() => {
+                    self.apply_rebalances()?;
                     self.after_full = false;
                     self.flush().await?;
                 }
-                // Re-armed on every pass of the loop, so it fires only after
-                // CAUGHT_UP_AFTER without a message: the end of what there was to read.
+                // Re-armed on every pass, so it fires only after CAUGHT_UP_AFTER without a message.
                 _ = tokio::time::sleep(CAUGHT_UP_AFTER), if flush_when_caught_up => {
+                    self.apply_rebalances()?;
                     metrics::caught_up_flush(&self.metrics, self.batch.rows);
                     self.after_full = false;
                     self.flush().await?;
                 }
                 message = consumer.recv() => {
                     last_message = Instant::now();
-                    // Take what librdkafka already has, up to a chunk, without
-                    // going back through select! per message (recv is cancel-safe).
+                    // Take what librdkafka already has, up to a chunk, without going back
+                    // through select! per message (recv is cancel-safe), each with its generation.
                     let mut messages = Vec::with_capacity(normalize::CHUNK);
-                    let mut error = None;
                     let mut next = Some(message);
                     while let Some(message) = next.take() {
                         match message {
-                            Ok(message) => messages.push(message),
-                            Err(source) => {
-                                error = Some(source);
+                            Ok(message) => messages.push((message, self.rebalances.generation())),
+                            Err(e) => {
+                                self.waited_out(e)?;
                                 break;
                             }
                         }
@@ -235,54 +244,60 @@ impl Pipeline {
                             next = futures_util::FutureExt::now_or_never(consumer.recv());
                         }
                     }
+                    if self.hold_chunk && self.summary.rows > 0 {
+                        self.hold_chunk = false;
+                        crate::hooks::hold_until_revoked(&consumer, &self.rebalances, &mut messages).await;
+                    }
                     self.handle_chunk(&messages).await?;
                     drop(messages);
-                    if let Some(source) = error {
-                        self.consume_error(source)?;
-                    }
-                    // The gauge counts what was just read, not what the last tick saw.
+                    self.handle_carried().await?;
                     metrics::inflight(&self.metrics, self.buffered_rows());
                 }
                 _ = ticker.tick() => {
                     self.check_fatal()?;
-                    self.apply_rebalances();
+                    self.apply_rebalances()?;
                     if let Some(idle) = options.exit_when_idle {
-                        // Idle counts from the first assignment (joining a group takes a while).
                         let grace = if self.assigned_once { Duration::ZERO } else { NO_ASSIGNMENT_GRACE };
                         let quiet = self.batch.is_empty() && self.in_flight.is_none() && last_message.elapsed() >= idle;
                         if quiet && started.elapsed() >= idle + grace && last_drain_check.elapsed() >= DRAIN_CHECK_EVERY {
                             last_drain_check = Instant::now();
-                            if !self.assigned_once {
-                                return Err(IngestError::NotDrained(format!(
-                                    "group {} gave this member no partition of {:?} within {}; another member holds them all, or the group is still rebalancing",
-                                    self.config.kafka.group_id,
-                                    self.config.kafka.topics,
-                                    humantime::format_duration(idle + grace)
-                                )));
-                            }
-                            match self.drain_state().await? {
-                                Some(DrainState::Drained) => {
-                                    tracing::info!(idle = %humantime::format_duration(idle), "every partition read to its end and committed: drained");
-                                    return Ok(());
-                                }
-                                Some(DrainState::Behind { held, others }) => {
-                                    if last_message.elapsed() >= idle + NOT_DRAINED_LIMIT {
-                                        return Err(IngestError::NotDrained(format!(
-                                            "nothing arrived for {} while partitions are behind their end: held here {held:?}, by others {others:?}",
-                                            humantime::format_duration(last_message.elapsed())
-                                        )));
-                                    }
-                                    tracing::info!(?held, ?others, "not drained yet: partitions behind their end (held here, or by other members)");
-                                }
-                                None => {}
+                            if self.drained(idle, grace, last_message.elapsed()).await? {
+                                return Ok(());
                             }
                         }
                     }
                 }
-                _ = lag_ticker.tick() => {
-                    self.report_lag().await?;
-                }
             }
+        }
+    }
+
+    /// With `--exit-when-idle`: whether every partition is read to its end
+    /// and committed (exit 0), or an error when this member never got a
+    /// partition or partitions stay behind yet silent (exit 75).
+    async fn drained(&mut self, idle: Duration, grace: Duration, silent: Duration) -> Result<bool, IngestError> {
+        let kafka = &self.config.kafka;
+        if !self.assigned_once {
+            return Err(IngestError::NotDrained(format!(
+                "group {} gave this member no partition of {:?} within {}; another member holds them all, or the group is still rebalancing",
+                kafka.group_id,
+                kafka.topics,
+                humantime::format_duration(idle + grace)
+            )));
+        }
+        match crate::drain::state(&self.consumer, kafka.topics.clone(), kafka.partitions.clone(), &self.partitions).await? {
+            Some(DrainState::Drained) => {
+                tracing::info!(idle = %humantime::format_duration(idle), "every partition read to its end and committed: drained");
+                Ok(true)
+            }
+            Some(DrainState::Behind { held, others }) if silent >= idle + NOT_DRAINED_LIMIT => Err(IngestError::NotDrained(format!(
+                "nothing arrived for {} while partitions are behind their end: held here {held:?}, by others {others:?}",
+                humantime::format_duration(silent)
+            ))),
+            Some(DrainState::Behind { held, others }) => {
+                tracing::info!(?held, ?others, "not drained yet: partitions behind their end (held here, or by other members)");
+                Ok(false)
+            }
+            None => Ok(false),
         }
     }
 
@@ -291,24 +306,19 @@ impl Pipeline {
     fn check_fatal(&self) -> Result<(), IngestError> {
         match self.fatal.get() {
             None => Ok(()),
-            Some((code, reason)) => Err(self.refused(code, reason)),
+            Some((code, reason)) => Err(self.broker.refused(code, reason)),
         }
-    }
-
-    fn refused(&self, code: rdkafka::error::RDKafkaErrorCode, reason: String) -> IngestError {
-        let kafka = &self.config.kafka;
-        IngestError::KafkaRefused { brokers: kafka.brokers.clone(), security: kafka.security.describe(), code, reason }
     }
 
     /// A consume error: permanent ones (authorization, an unknown topic)
     /// stop ingest; the rest (a broker restarting, a leader moving) are
     /// waited out: librdkafka retries, and nothing past what is durable is
     /// committed meanwhile.
-    fn consume_error(&mut self, source: rdkafka::error::KafkaError) -> Result<(), IngestError> {
+    fn waited_out(&self, source: rdkafka::error::KafkaError) -> Result<(), IngestError> {
         use rdkafka::error::RDKafkaErrorCode as Code;
         match source.rdkafka_error_code() {
             Some(code) if source::is_permanent(code) || matches!(code, Code::UnknownTopicOrPartition | Code::UnknownTopic) => {
-                Err(self.refused(code, source.to_string()))
+                Err(self.broker.refused(code, source.to_string()))
             }
             _ => {
                 metrics::consume_error(&self.metrics);
@@ -318,26 +328,50 @@ impl Pipeline {
         }
     }
 
-    fn apply_rebalances(&mut self) {
-        for event in self.rebalances.take() {
+    /// Applies every rebalance event received so far (between chunks).
+    fn apply_rebalances(&mut self) -> Result<(), IngestError> {
+        self.apply_through(u64::MAX)
+    }
+
+    /// Applies the rebalance events that came before a message received
+    /// under `generation`.
+    fn apply_through(&mut self, generation: u64) -> Result<(), IngestError> {
+        // Asked for every message: nothing new costs one atomic load.
+        let through = generation.min(self.rebalances.generation());
+        if through <= self.applied {
+            return Ok(());
+        }
+        self.applied = through;
+        for event in self.rebalances.take_through(through) {
             match event {
                 RebalanceEvent::Revoked(list) => {
                     metrics::rebalanced(&self.metrics, "revoke", &list);
                     self.batch.drop_partitions(&list);
-                    self.partitions.retain(|(t, p), _| !list.iter().any(|(rt, rp)| **t == **rt && p == rp));
+                    let keys: Vec<PartitionKey> = list.iter().map(|(t, p)| (self.topic(t).0, *p)).collect();
+                    self.partitions.revoke(&keys);
                 }
                 RebalanceEvent::Assigned(list) => {
                     metrics::rebalanced(&self.metrics, "assign", &list);
+                    // A partition paused during a wait and assigned again
+                    // after it stays paused in librdkafka: never here.
+                    let mut tpl = TopicPartitionList::with_capacity(list.len());
+                    for (t, p) in &list {
+                        tpl.add_partition(t, *p);
+                    }
+                    let _ = self.consumer.resume(&tpl);
+                    let keys: Vec<PartitionKey> = list.iter().map(|(t, p)| (self.topic(t).0, *p)).collect();
+                    self.partitions.assign(&keys)?;
                     // An empty assignment is not one to drain.
                     self.assigned_once |= !list.is_empty();
                 }
             }
         }
         metrics::inflight(&self.metrics, self.buffered_rows());
+        Ok(())
     }
 
-    /// The shared name of a topic and its consumed-messages counter.
-    fn topic(&mut self, name: &str) -> (Arc<str>, prometheus::IntCounter) {
+    /// The shared name of a topic and its per-topic metrics.
+    fn topic(&mut self, name: &str) -> TopicEntry {
         if let Some(t) = self.topics.get(name) {
             return t.clone();
         }
@@ -347,72 +381,91 @@ impl Pipeline {
     }
 
     /// Normalizes a chunk of messages together, then takes them one by one
-    /// in order; a batch that fills up on the way is handed to the writer.
-    async fn handle_chunk(&mut self, messages: &[rdkafka::message::BorrowedMessage<'_>]) -> Result<(), IngestError> {
+    /// in order, each after the rebalance events received before it; a
+    /// batch that fills up on the way is handed to the writer.
+    async fn handle_chunk<M: Message>(&mut self, messages: &[(M, u64)]) -> Result<(), IngestError> {
         let received_ms = now_ms();
-        // Each message's topic name and consumed counter, looked up once.
-        let topics: Vec<(Arc<str>, prometheus::IntCounter)> = messages.iter().map(|m| self.topic(m.topic())).collect();
-        let inputs: Vec<Input<'_>> = messages
-            .iter()
-            .zip(&topics)
-            .map(|(m, (topic, _))| Input { payload: m.payload().unwrap_or_default(), topic, partition: m.partition(), offset: m.offset() })
-            .collect();
+        let topics: Vec<TopicEntry> = messages.iter().map(|(m, _)| self.topic(m.topic())).collect();
+        let mut inputs = Vec::with_capacity(messages.len());
+        for ((m, _), (topic, _)) in messages.iter().zip(&topics) {
+            let partition = table_partition(topic, m.partition())?;
+            inputs.push(Input { payload: m.payload().unwrap_or_default(), topic, partition, offset: m.offset() });
+        }
         let pieces = self.normalizer.normalize(&inputs, received_ms);
+        drop(inputs);
         let mut messages = messages.iter().zip(topics);
+        let mut skews = crate::skew::Samples::default();
         for piece in pieces {
             for outcome in piece.outcomes {
-                let Some((message, topic)) = messages.next() else { break };
-                self.apply_rebalances();
-                self.handle(message, topic, outcome, &piece.bytes, received_ms).await?;
+                let Some(((message, generation), topic)) = messages.next() else { break };
+                self.apply_through(*generation)?;
+                self.handle(message, topic, outcome, &piece.bytes, received_ms, &mut skews).await?;
                 if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
                     self.after_full = true;
                     self.flush().await?;
                 }
             }
         }
+        skews.flush();
+        Ok(())
+    }
+
+    /// Handles what arrived while a wait served the consumer (normally
+    /// nothing: the partitions were paused).
+    async fn handle_carried(&mut self) -> Result<(), IngestError> {
+        while !self.carry.is_empty() {
+            let carried = std::mem::take(&mut self.carry);
+            self.handle_chunk(&carried).await?;
+        }
         Ok(())
     }
 
     /// Takes one message whose payload normalized to `outcome` (a row
     /// encoded in `encoded`, or a rejection).
-    async fn handle(
+    async fn handle<M: Message>(
         &mut self,
-        message: &rdkafka::message::BorrowedMessage<'_>,
-        (topic, consumed): (Arc<str>, prometheus::IntCounter),
+        message: &M,
+        (topic, consumed): TopicEntry,
         outcome: Outcome,
         encoded: &[u8],
         received_ms: i64,
+        skews: &mut crate::skew::Samples,
     ) -> Result<(), IngestError> {
         let (partition, offset) = (message.partition(), message.offset());
         let key: PartitionKey = (topic.clone(), partition);
-
-        if !self.partitions.contains_key(&key) {
-            match self.start_partition(&key).await {
-                Ok(()) => {}
-                // Stopping (a SIGTERM while the broker is away): nothing of
-                // this partition is buffered, so it is left to the next run.
-                Err(error) if *self.writer.shutdown.borrow() => {
-                    tracing::info!(%error, topic = %key.0, partition = key.1, "stopping before the partition started");
-                    return Ok(());
+        match self.partitions.status(&key) {
+            Status::Started => {}
+            Status::NotOwned => {
+                metrics::unowned_message(&self.metrics, &topic, partition, offset);
+                return Ok(());
+            }
+            // Never started while stopping: it is left to the next run.
+            Status::NotStarted if *self.writer.shutdown.borrow() => return Ok(()),
+            Status::NotStarted => {
+                let task = tokio::spawn(partitions::lookup_start(self.broker.clone(), self.writer.clone(), self.metrics.clone(), key.clone()));
+                match self.serve_while(task, "partition start").await? {
+                    Ok(state) => self.partitions.started(&key, state),
+                    Err(error) if *self.writer.shutdown.borrow() => {
+                        tracing::info!(%error, topic = %key.0, partition, "stopping before the partition started");
+                        return Ok(());
+                    }
+                    Err(error) => return Err(error),
                 }
-                Err(error) => return Err(error),
             }
         }
-        // One map lookup per message; only a gap (rare) looks it up again.
-        let mut state = match self.partitions.get_mut(&key) {
-            Some(state) => state,
-            None => return Ok(()),
-        };
+        let Some(mut state) = self.partitions.state(&key) else { return Ok(()) };
         match state.classify(offset) {
             Delivery::Next => {}
             // Before the commit point: delivered again (a seek or an offset reset).
             Delivery::Again => return Ok(()),
             Delivery::Gap => {
-                self.gap(&key, offset).await?;
-                state = match self.partitions.get_mut(&key) {
+                let task = tokio::spawn(partitions::log_start(self.broker.clone(), key.clone()));
+                let log_start = self.serve_while(task, "log start lookup").await??;
+                state = match self.partitions.state(&key) {
                     Some(state) => state,
                     None => return Ok(()),
                 };
+                partitions::account_gap(&self.metrics, &key, state, offset, log_start);
             }
         }
         state.advanced_to(offset);
@@ -424,189 +477,154 @@ impl Pipeline {
             self.batch.push_skipped(key, offset);
             return Ok(());
         }
-
-        match outcome {
-            Outcome::Row { day, fingerprint: id, range, dropped_fields } => {
+        let kafka_ms = crate::skew::kafka_ms(message.timestamp());
+        let rejection = match outcome {
+            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields } => {
                 if dropped_fields > 0 {
                     metrics::fields_dropped(&self.metrics, dropped_fields);
                 }
-                if self.recent.contains(id) || self.batch.request_ids.contains(&id) {
-                    metrics::duplicate_skipped(&self.metrics, "request_id");
-                    self.summary.duplicates += 1;
-                    self.batch.push_skipped(key, offset);
-                    return Ok(());
+                if let Some(kafka_ms) = kafka_ms {
+                    let metrics = &self.metrics;
+                    skews.observe(&topic, || metrics::skew_histogram(metrics, &topic), crate::skew::seconds(timestamp_ms, kafka_ms));
                 }
-                self.batch.push_row(day, &encoded[range], id, key, offset);
+                let stored = self.recent.get(fingerprint).or_else(|| self.batch.request_ids.get(&fingerprint).copied());
+                match Seen::of(stored, content) {
+                    Seen::New => {
+                        self.batch.push_row(day, &encoded[range], (fingerprint, content), key, offset);
+                        return Ok(());
+                    }
+                    Seen::Retry => {
+                        metrics::duplicate_skipped(&self.metrics, "request_id");
+                        self.summary.duplicates += 1;
+                        self.batch.push_skipped(key, offset);
+                        return Ok(());
+                    }
+                    Seen::Conflict => Rejection::new(
+                        ReasonCode::RequestIdConflict,
+                        "request_id",
+                        "a different event with this request_id was already stored (ids must be unique per request; a retry must resend the same event)",
+                    ),
+                }
             }
-            Outcome::Rejected(rejection) => {
-                metrics::event_rejected(&self.metrics, rejection.reason.as_str());
-                let payload = message.payload().unwrap_or_default().to_vec();
-                let reject = Reject { payload, key: message.key().map(<[u8]>::to_vec), rejection, topic, partition, offset, received_ms };
-                self.batch.push_reject(reject, key);
-            }
-        }
+            Outcome::Rejected(rejection) => crate::skew::explain(rejection, kafka_ms, received_ms),
+        };
+        metrics::event_rejected(&self.metrics, rejection.reason.as_str());
+        let payload = message.payload().unwrap_or_default().to_vec();
+        let reject = Reject { payload, key: message.key().map(<[u8]>::to_vec), rejection, topic, partition, offset, received_ms };
+        self.batch.push_reject(reject, key);
         Ok(())
     }
 
-    /// Starts the state of a partition this member just got: the committed
-    /// offset (where reading must resume), the broker's low watermark, and
-    /// which offsets past the commit a previous owner already stored.
-    async fn start_partition(&mut self, key: &PartitionKey) -> Result<(), IngestError> {
-        let (topic, partition) = (&key.0, key.1);
-        let t = topic.to_string();
-        let positions = self
-            .broker_call("committed offset lookup", move |consumer| {
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(&t, partition);
-                let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
-                let committed = committed.find_partition(&t, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
-                let (low, _high) = consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))?;
-                Ok((committed, low))
-            })
-            .await?;
-        let (committed, low) = positions;
-        if let Some(committed) = committed.filter(|c| *c < low) {
-            // The broker deleted (retention) what the group had not read yet.
-            let lost = low - committed;
-            tracing::error!(%topic, partition, committed, log_start = low, lost, "offsets are gone from the broker (retention); continuing from the log start");
-            metrics::offsets_lost(&self.metrics, lost);
-        }
-        let expected = committed.unwrap_or(low).max(low);
-        let replay = self
-            .writer
-            .retry("replay filter", |sink: ClickHouseSink, _| {
-                let topic = topic.clone();
-                async move { sink.stored_offsets(&topic, partition, expected).await }
-            })
-            .await?;
-        if !replay.is_empty() {
-            tracing::info!(%topic, partition, from = expected, already_stored = replay.len(), "replaying: skipping stored offsets");
-        }
-        self.partitions.insert(key.clone(), PartitionState::new(replay, expected));
-        Ok(())
+    /// Waits for `task`. Past [`PAUSE_AFTER`] every assigned partition is
+    /// paused (librdkafka purges what it prefetched and resumes from the
+    /// last message handed out) and the consumer is polled meanwhile:
+    /// rebalance callbacks run and `max.poll.interval.ms` is met, so a long
+    /// outage does not churn the group. What arrives anyway is kept for later.
+    async fn serve_while<T>(&mut self, task: JoinHandle<T>, what: &'static str) -> Result<T, IngestError> {
+        self.serve_while_after(task, what, PAUSE_AFTER).await
     }
 
-    /// A broker round trip (off the async workers), retried with backoff
-    /// while the broker is away or busy (restarting, a leader moving, the
-    /// coordinator loading): logged at WARN, never the end of the run. A
-    /// permanent refusal ends it (exit 2); so does a shutdown meanwhile.
-    async fn broker_call<T: Send + 'static>(
-        &self,
-        what: &'static str,
-        call: impl Fn(&Consumer) -> rdkafka::error::KafkaResult<T> + Send + Sync + 'static,
-    ) -> Result<T, IngestError> {
-        let call = Arc::new(call);
-        let shutdown = self.writer.shutdown.clone();
-        let permanent = |source: &rdkafka::error::KafkaError| source.rdkafka_error_code().filter(|c| source::is_permanent(*c));
-        let result = (|| {
-            let attempt = call.clone();
-            async move {
-                on_consumer(&self.consumer, what, move |consumer| attempt(consumer))
-                    .await?
-                    .map_err(|source| IngestError::Kafka { operation: what, source })
+    /// [`Pipeline::serve_while`], pausing after `pause_after`.
+    async fn serve_while_after<T>(&mut self, mut task: JoinHandle<T>, what: &'static str, pause_after: Duration) -> Result<T, IngestError> {
+        if let Ok(done) = tokio::time::timeout(pause_after, &mut task).await {
+            return done.map_err(|e| IngestError::join(what, e));
+        }
+        metrics::paused(&self.metrics, what);
+        let consumer = self.consumer.clone();
+        let mut paused_at = None;
+        // Every partition paused: librdkafka keeps a partition paused across
+        // its revocation and a later assignment, so all are resumed at the end.
+        let mut paused = TopicPartitionList::new();
+        let mut recheck = tokio::time::interval(Duration::from_millis(500));
+        let done = loop {
+            // A new assignment meanwhile is paused too.
+            if paused_at != Some(self.rebalances.generation()) {
+                paused_at = Some(self.rebalances.generation());
+                if let Ok(assignment) = consumer.assignment() {
+                    let _ = consumer.pause(&assignment);
+                    for e in assignment.elements() {
+                        if paused.find_partition(e.topic(), e.partition()).is_none() {
+                            paused.add_partition(e.topic(), e.partition());
+                        }
+                    }
+                }
             }
-        })
-        .retry(retry::backoff(self.config.ingest.retry_initial_backoff, self.config.ingest.retry_max_backoff))
-        .sleep(retry::ShutdownSleeper::new(shutdown.clone()))
-        .when(|e| matches!(e, IngestError::Kafka { source, .. } if permanent(source).is_none()) && !*shutdown.borrow())
-        .notify(|e, wait| {
-            metrics::consume_error(&self.metrics);
-            tracing::warn!(what, error = %e, backoff_ms = wait.as_millis() as u64, "kafka: waiting for the broker");
-        })
-        .await;
-        result.map_err(|e| match &e {
-            IngestError::Kafka { source, .. } => match permanent(source) {
-                Some(code) => self.refused(code, source.to_string()),
-                None => e,
-            },
-            _ => e,
-        })
-    }
-
-    /// The broker delivered `got` past the expected offset of `key`:
-    /// counts what retention deleted before ingest read it (below the log
-    /// start) and what the broker never hands out (transaction markers,
-    /// compacted records). Reading goes on from `got` either way.
-    async fn gap(&mut self, key: &PartitionKey, got: i64) -> Result<(), IngestError> {
-        let (topic, partition) = (key.0.to_string(), key.1);
-        let t = topic.clone();
-        let (log_start, _) =
-            self.broker_call("log start lookup", move |consumer| consumer.fetch_watermarks(&t, partition, Duration::from_secs(10))).await?;
-        let Some(state) = self.partitions.get(key) else { return Ok(()) };
-        let expected = state.expected;
-        let outcome = state.gap(got, log_start);
-        if outcome.lost > 0 {
-            tracing::error!(%topic, partition, expected, got, log_start, lost = outcome.lost, "offsets are gone from the broker (retention) before ingest read them");
-            metrics::offsets_lost(&self.metrics, outcome.lost);
+            tokio::select! {
+                biased;
+                done = &mut task => break done,
+                message = consumer.recv() => match message {
+                    Ok(m) => self.carry.push((m.detach(), self.rebalances.generation())),
+                    Err(e) => self.waited_out(e)?,
+                },
+                _ = recheck.tick() => {}
+            }
+        };
+        let _ = consumer.resume(&paused);
+        if let Ok(assignment) = consumer.assignment() {
+            let _ = consumer.resume(&assignment);
         }
-        if outcome.skipped > 0 {
-            tracing::debug!(%topic, partition, expected, got, skipped = outcome.skipped, "offsets the broker does not deliver (transaction markers, compaction)");
-            metrics::offset_gap(&self.metrics, "skipped");
-        }
-        Ok(())
+        done.map_err(|e| IngestError::join(what, e))
     }
 
     /// Hands the batch to the writer task, once the batch before it is
     /// durable and committed.
     async fn flush(&mut self) -> Result<(), IngestError> {
-        self.apply_rebalances();
         if self.batch.is_empty() {
             return Ok(());
         }
         self.finish_in_flight().await?;
         if self.consumer.assignment_lost() {
-            // librdkafka's group session timed out (the coordinator was
-            // unreachable for session_timeout): the partitions may have a new
-            // owner that already looked up what is stored. Writing this batch
-            // now could store its rows twice; its messages are read again by
-            // whoever owns the partitions next. The revocation that follows
-            // drops the partitions' state.
+            // The group session timed out: another member may own the
+            // partitions and have looked up what is stored. This batch's
+            // messages are read again by whoever owns them next.
             tracing::warn!(rows = self.batch.rows, "group session lost: the unwritten batch is dropped, its messages are read again");
             metrics::session_lost(&self.metrics);
             self.batch = self.batch.emptied();
-            self.partitions.clear();
+            self.partitions.forget_states();
             return Ok(());
         }
         let next = Batch::sized_like(&self.batch, self.config.ingest.batch_max_bytes);
         let mut batch = std::mem::replace(&mut self.batch, next);
-        // Ids of the batch in flight count as stored: a producer retry read
-        // while it is written is dropped (if the write fails, the daemon
-        // exits without committing and both are read again).
+        // Ids of the batch in flight count as stored (if the write fails,
+        // the daemon exits without committing and both are read again).
         self.recent.extend(std::mem::take(&mut batch.request_ids));
         let offsets = batch.offsets.clone();
+        let durable: Vec<(String, i32, i64)> = offsets.iter().map(|((t, p), (_, last))| (t.to_string(), *p, last + 1)).collect();
         let (buffered, rejects) = (batch.rows, batch.rejects.len());
-        let (writer, guard) = (self.writer.clone(), self.gate.enter());
+        let written = Written { offsets, buffered, rejects, started: Instant::now() };
+        let (writer, gate) = (self.writer.clone(), self.gate.clone());
+        let guard = gate.enter();
         let task = tokio::spawn(async move {
             // The rows are freed here, off the pipeline's thread.
             let result = writer.write(batch).await;
+            if result.is_ok() {
+                gate.set_durable(durable);
+            }
             drop(guard);
             result
         });
-        self.in_flight = Some(InFlight { offsets, buffered, rejects, task, started: Instant::now() });
+        self.in_flight = Some(InFlight { batch: written, task });
         Ok(())
     }
 
-    /// Rows and rejects read but not yet durable: the filling batch and the one being written.
     fn buffered_rows(&self) -> usize {
-        self.batch.rows + self.in_flight.as_ref().map_or(0, |f| f.buffered)
+        self.batch.rows + self.in_flight.as_ref().map_or(0, |f| f.batch.buffered)
     }
 
-    /// Waits for the batch in flight, then commits its offsets.
+    /// Waits for the batch in flight (serving the consumer), then commits it.
     async fn finish_in_flight(&mut self) -> Result<(), IngestError> {
-        if self.in_flight.is_none() {
-            return Ok(());
-        }
-        let result = written(&mut self.in_flight).await;
-        self.committed(result).await
+        let Some(InFlight { batch, task }) = self.in_flight.take() else { return Ok(()) };
+        let result = self.serve_while(task, "writer").await.and_then(|r| r);
+        self.committed(batch, result).await
     }
 
-    /// The batch in flight was written (`result`): on success its offsets
-    /// are committed.
-    async fn committed(&mut self, result: Result<Result<(), IngestError>, tokio::task::JoinError>) -> Result<(), IngestError> {
-        let Some(InFlight { offsets, buffered, rejects, started, .. }) = self.in_flight.take() else { return Ok(()) };
-        let stored = buffered - rejects;
-        result.map_err(|e| IngestError::Config(format!("writer task: {e}")))??;
+    /// A batch was written (`result`): on success the offsets of the
+    /// partitions still owned are committed.
+    async fn committed(&mut self, batch: Written, result: Result<(), IngestError>) -> Result<(), IngestError> {
+        result?;
+        let Written { offsets, buffered, rejects, started } = batch;
         self.commit(&offsets).await?;
+        let stored = buffered - rejects;
         self.summary.rows += stored as u64;
         self.summary.rejects += rejects as u64;
         metrics::batch_flushed(&self.metrics, stored, rejects, started.elapsed());
@@ -614,112 +632,57 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Commits offset + 1 of every partition in the batch that this member
-    /// still owns. A failed or skipped commit (say, around a rebalance) loses
-    /// nothing: the rows are durable and a replay skips them.
-    async fn commit(&self, offsets: &PartitionMap<i64>) -> Result<(), IngestError> {
-        let mut tpl = TopicPartitionList::with_capacity(offsets.len());
-        for ((topic, partition), offset) in offsets.iter().filter(|(key, _)| self.partitions.contains_key(*key)) {
-            if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset + 1)) {
-                tracing::warn!(%topic, partition, error = %e, "cannot build commit");
+    /// Commits the offsets of the partitions still owned. A failure loses
+    /// nothing (the next batch's commit covers it, and the partition's
+    /// next reader skips durable rows by the replay log); at shutdown, the
+    /// last commit is retried within the budget while the consumer is
+    /// served (a rebalance in progress refuses commits until it completes),
+    /// and a failure then ends the run with exit 75.
+    async fn commit(&mut self, offsets: &PartitionMap<(i64, i64)>) -> Result<(), IngestError> {
+        let mut wait = Duration::from_millis(200);
+        loop {
+            let owned: Vec<(String, i32, i64)> =
+                offsets.iter().filter(|(key, _)| self.partitions.owns(key)).map(|((t, p), (_, last))| (t.to_string(), *p, last + 1)).collect();
+            let Some(left) = self.writer.remaining_budget() else {
+                let _ = self.broker.commit(owned, COMMIT_LIMIT).await;
+                return Ok(());
+            };
+            let Err(e) = self.broker.commit(owned, left).await else { return Ok(()) };
+            let left = self.writer.remaining_budget().unwrap_or_default();
+            if left < wait * 2 {
+                return Err(IngestError::FinalCommit(e));
             }
+            let pause = tokio::spawn(tokio::time::sleep(wait));
+            self.serve_while_after(pause, "final commit", Duration::ZERO).await?;
+            self.apply_rebalances()?;
+            wait *= 2;
         }
-        if tpl.count() == 0 {
-            return Ok(());
-        }
-        // A broker round trip: off the async workers.
-        if let Err(error) = on_consumer(&self.consumer, "commit", move |consumer| consumer.commit(&tpl, CommitMode::Sync)).await? {
-            tracing::warn!(%error, "offset commit failed; durable rows will be skipped on replay");
-        }
-        Ok(())
     }
 
-    /// Reports each assigned partition's consumer lag.
-    async fn report_lag(&mut self) -> Result<(), IngestError> {
-        let lags = on_consumer(&self.consumer, "lag check", |consumer| {
-            let (Ok(assignment), Ok(positions)) = (consumer.assignment(), consumer.position()) else { return Vec::new() };
-            let mut lags = Vec::with_capacity(assignment.count());
-            for e in assignment.elements() {
-                let (topic, partition) = (e.topic(), e.partition());
-                let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
-                let position = positions.find_partition(topic, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
-                lags.push((topic.to_owned(), partition, high - position.unwrap_or(high)));
-            }
-            lags
-        })
-        .await?;
-        for (topic, partition, lag) in lags {
-            metrics::consumer_lag(&self.metrics, &topic, partition, lag);
-        }
-        Ok(())
-    }
-
-    /// Whether every partition of the subscribed topics (of
-    /// `kafka.partitions` with static assignment) is read to its end by
-    /// the group. Called only with nothing buffered or in flight, so every
-    /// offset this member handled is durable: a partition it holds whose
-    /// commit is behind what it handled is committed first. `None`: the
-    /// broker did not answer (a restart, the coordinator loading); not
-    /// drained.
-    async fn drain_state(&mut self) -> Result<Option<DrainState>, IngestError> {
-        let (topics, only) = (self.config.kafka.topics.clone(), self.config.kafka.partitions.clone());
-        let looked_up = on_consumer(&self.consumer, "drain check", move |consumer| partition_ends(consumer, &topics, &only)).await?;
-        let mut ends = match looked_up {
-            Ok(ends) => ends,
-            Err(error) => {
-                tracing::info!(%error, "cannot confirm the topics are drained yet; waiting for the broker");
-                return Ok(None);
-            }
-        };
-        let mut tpl = TopicPartitionList::new();
-        for e in ends.iter_mut().filter(|e| e.assigned) {
-            let key: PartitionKey = (self.topic(&e.topic).0, e.partition);
-            let Some(state) = self.partitions.get(&key) else { continue };
-            // Every offset handled is durable. The fetch position can be
-            // past it when the broker skipped offsets it never delivers
-            // (transaction markers), which nothing else would commit.
-            let handled = state.expected.max(e.position.unwrap_or(i64::MIN));
-            if e.committed.is_none_or(|c| c < handled) && tpl.add_partition_offset(&e.topic, e.partition, Offset::Offset(handled)).is_ok() {
-                e.committed = Some(handled);
-            }
-        }
-        if tpl.count() > 0 {
-            if let Err(error) = on_consumer(&self.consumer, "commit", move |consumer| consumer.commit(&tpl, CommitMode::Sync)).await? {
-                tracing::info!(%error, "offset commit at the drain check failed; checking again");
-                return Ok(None);
-            }
-        }
-        Ok(Some(offsets::drain_state(&ends)))
+    /// Ends the run within the shutdown budget: pending done marks and
+    /// DLQ messages, then the consumer leaves the group. Each step is
+    /// bounded; the process exits whatever the broker does.
+    async fn close(self, deadline: Instant) {
+        let remaining = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+        self.gate.closing();
+        let _ = tokio::time::timeout(remaining(), self.writer.mark_done()).await;
+        let dlq = self.writer.dlq.clone();
+        let wait = remaining().min(Duration::from_secs(5));
+        let _ = tokio::time::timeout(wait, tokio::task::spawn_blocking(move || dlq.flush(wait))).await;
+        let consumer = self.consumer;
+        drop(self.broker);
+        let leave = tokio::task::spawn_blocking(move || {
+            consumer.unsubscribe();
+            drop(consumer);
+        });
+        let _ = tokio::time::timeout(remaining(), leave).await;
     }
 }
 
-/// The end of every partition of `topics` (only `only` when not empty): log
-/// start, high watermark, the group's commit, and this member's position
-/// where it holds the partition. Blocking (broker round trips).
-fn partition_ends(consumer: &Consumer, topics: &[String], only: &[i32]) -> rdkafka::error::KafkaResult<Vec<PartitionEnd>> {
-    let timeout = Duration::from_secs(10);
-    let assignment = consumer.assignment()?;
-    let positions = consumer.position()?;
-    let mut ends = Vec::new();
-    let mut tpl = TopicPartitionList::new();
-    for topic in topics {
-        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-        for t in metadata.topics() {
-            if let Some(error) = t.error() {
-                return Err(rdkafka::error::KafkaError::MetadataFetch(error.into()));
-            }
-            for p in t.partitions().iter().filter(|p| only.is_empty() || only.contains(&p.id())) {
-                let (low, high) = consumer.fetch_watermarks(topic, p.id(), timeout)?;
-                let assigned = assignment.find_partition(topic, p.id()).is_some();
-                let position = positions.find_partition(topic, p.id()).and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
-                tpl.add_partition(topic, p.id());
-                ends.push(PartitionEnd { topic: topic.clone(), partition: p.id(), low, high, committed: None, assigned, position });
-            }
-        }
+/// Waits for the writer task of the batch in flight (forever if none).
+async fn written(in_flight: &mut Option<InFlight>) -> Result<Result<(), IngestError>, tokio::task::JoinError> {
+    match in_flight {
+        Some(f) => (&mut f.task).await,
+        None => std::future::pending().await,
     }
-    let committed = consumer.committed_offsets(tpl, timeout)?;
-    for e in &mut ends {
-        e.committed = committed.find_partition(&e.topic, e.partition).and_then(|c| c.offset().to_raw()).filter(|o| *o >= 0);
-    }
-    Ok(ends)
 }

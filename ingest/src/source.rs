@@ -5,6 +5,8 @@
 //! Auto-commit is off: the pipeline commits a partition's offset only after
 //! everything before it is durable (rows in ClickHouse, rejects in the DLQ).
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -13,13 +15,19 @@ use rdkafka::ClientContext;
 
 use crate::config::{Assignment, KafkaConfig};
 use crate::error::IngestError;
+use crate::metrics::{self, Metrics};
 
 /// Partitions the group took from or gave to this member since the
 /// pipeline last looked. Filled by librdkafka's rebalance callbacks, which
-/// run inside the pipeline's `recv()`.
+/// run inside the pipeline's `recv()`. Every event bumps a generation: the
+/// pipeline stamps each message with the generation it was received under
+/// and applies an event only after the messages received before it, so a
+/// message fetched before a revocation is handled (and then dropped with
+/// the partition) under the assignment it was fetched in.
 #[derive(Debug, Default)]
 pub struct RebalanceLog {
-    events: Mutex<Vec<RebalanceEvent>>,
+    events: Mutex<VecDeque<(u64, RebalanceEvent)>>,
+    generation: AtomicU64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,24 +37,58 @@ pub enum RebalanceEvent {
 }
 
 impl RebalanceLog {
-    pub fn take(&self) -> Vec<RebalanceEvent> {
-        self.events.lock().map(|mut e| std::mem::take(&mut *e)).unwrap_or_default()
+    /// The generation now: a message received now belongs to it.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
-    fn push(&self, event: RebalanceEvent) {
-        if let Ok(mut e) = self.events.lock() {
-            e.push(event);
+    /// Every event not taken yet.
+    pub fn take(&self) -> Vec<RebalanceEvent> {
+        self.take_through(u64::MAX)
+    }
+
+    /// The events up to generation `generation` (those that happened
+    /// before a message stamped with it was received), in order.
+    pub fn take_through(&self, generation: u64) -> Vec<RebalanceEvent> {
+        let Ok(mut events) = self.events.lock() else { return Vec::new() };
+        let mut taken = Vec::new();
+        while events.front().is_some_and(|(g, _)| *g <= generation) {
+            if let Some((_, event)) = events.pop_front() {
+                taken.push(event);
+            }
+        }
+        taken
+    }
+
+    /// Whether a revocation is waiting that came after generation `generation`.
+    pub fn revoked_after(&self, generation: u64) -> bool {
+        self.events.lock().is_ok_and(|events| events.iter().any(|(g, e)| *g > generation && matches!(e, RebalanceEvent::Revoked(_))))
+    }
+
+    pub fn push(&self, event: RebalanceEvent) {
+        if let Ok(mut events) = self.events.lock() {
+            let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+            events.push_back((generation, event));
         }
     }
 }
 
-/// Whether a batch is being written. A revocation waits until it is not:
-/// rows read from a partition must be durable before the partition's next
-/// owner looks up which of its offsets are already stored.
+/// Whether a batch is being written, and the offsets of the last batch
+/// made durable. A revocation waits until no batch is in flight: rows read
+/// from a partition must be durable before the partition's next owner
+/// looks up which of its offsets are already stored; then it commits the
+/// revoked partitions' durable offsets itself, so the next owner starts
+/// past them instead of filtering them out.
 #[derive(Debug, Default)]
 pub struct FlushGate {
     busy: Mutex<bool>,
     idle: Condvar,
+    /// Next offset to commit per partition, of the last batch written.
+    durable: Mutex<Vec<(String, i32, i64)>>,
+    /// The consumer is leaving at shutdown: the pipeline committed what
+    /// it could; a revocation now commits nothing more (and never waits
+    /// on a broker that is away).
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl FlushGate {
@@ -57,6 +99,27 @@ impl FlushGate {
             *busy = true;
         }
         FlushGuard(self.clone())
+    }
+
+    /// The pipeline is shutting down (see `closing`).
+    pub fn closing(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+
+    /// The batch in flight is durable: these offsets may be committed.
+    pub fn set_durable(&self, offsets: Vec<(String, i32, i64)>) {
+        if let Ok(mut durable) = self.durable.lock() {
+            *durable = offsets;
+        }
+    }
+
+    /// The durable offsets of `partitions`, to commit at their revocation.
+    fn durable_of(&self, partitions: &[(String, i32)]) -> Vec<(String, i32, i64)> {
+        if self.closing.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let Ok(durable) = self.durable.lock() else { return Vec::new() };
+        durable.iter().filter(|(t, p, _)| partitions.iter().any(|(rt, rp)| rt == t && rp == p)).cloned().collect()
     }
 
     /// Blocks the calling thread until no batch is in flight. The caller is
@@ -112,7 +175,7 @@ impl FatalError {
         self.first.lock().ok().and_then(|f| f.clone())
     }
 
-    fn set(&self, code: RDKafkaErrorCode, reason: &str) {
+    pub(crate) fn set(&self, code: RDKafkaErrorCode, reason: &str) {
         if let Ok(mut first) = self.first.lock() {
             first.get_or_insert_with(|| (code, reason.to_owned()));
         }
@@ -135,26 +198,34 @@ pub fn is_permanent(code: RDKafkaErrorCode) -> bool {
 }
 
 /// The consumer's context: records rebalances for the pipeline, holds a
-/// revocation until the batch in flight is durable, and keeps the first
-/// permanent broker error.
-#[derive(Debug, Clone, Default)]
+/// revocation until the batch in flight is durable (then commits the
+/// revoked partitions' durable offsets), and keeps the first permanent
+/// broker error.
+#[derive(Debug, Clone)]
 pub struct IngestContext {
     pub rebalances: Arc<RebalanceLog>,
     pub gate: Arc<FlushGate>,
     pub fatal: Arc<FatalError>,
+    metrics: Metrics,
 }
 
 impl ClientContext for IngestContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        match error.rdkafka_error_code() {
-            Some(code) if is_permanent(code) => {
-                tracing::error!(error = %error, reason, "kafka: permanent error");
-                self.fatal.set(code, reason);
-            }
-            // Broker down or restarting, a leader moving: librdkafka
-            // reconnects by itself; nothing is committed meanwhile.
-            _ => tracing::warn!(error = %error, reason, "kafka: waiting for the broker"),
+        client_error(&self.fatal, "consumer", error, reason);
+    }
+}
+
+/// librdkafka's error callback of a client (`who`): a permanent error is
+/// logged at ERROR and kept in `fatal` for the caller to stop on; the rest
+/// (a broker down or restarting, a leader moving) are waited out, since
+/// librdkafka reconnects by itself and nothing is committed meanwhile.
+pub fn client_error(fatal: &FatalError, who: &'static str, error: KafkaError, reason: &str) {
+    match error.rdkafka_error_code() {
+        Some(code) if is_permanent(code) => {
+            tracing::error!(who, error = %error, reason, "kafka: permanent error");
+            fatal.set(code, reason);
         }
+        _ => tracing::warn!(who, error = %error, reason, "kafka: waiting for the broker"),
     }
 }
 
@@ -163,10 +234,20 @@ fn partitions(tpl: &rdkafka::TopicPartitionList) -> Vec<(String, i32)> {
 }
 
 impl ConsumerContext for IngestContext {
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             self.gate.wait_idle();
-            self.rebalances.push(RebalanceEvent::Revoked(partitions(tpl)));
+            let revoked = partitions(tpl);
+            let durable = self.gate.durable_of(&revoked);
+            // A lost assignment (the session timed out) is no longer ours to commit.
+            if !durable.is_empty() && !rdkafka::consumer::Consumer::assignment_lost(consumer) {
+                // Committed before the partitions go: their next owner
+                // starts past the batch instead of filtering it out.
+                if let Err(error) = crate::commit::commit(consumer, &durable) {
+                    metrics::commit_failed(&self.metrics, &error.to_string());
+                }
+            }
+            self.rebalances.push(RebalanceEvent::Revoked(revoked));
         }
     }
 
@@ -197,9 +278,9 @@ impl std::fmt::Debug for Subscription {
 }
 
 /// A group member subscribed to the source topics.
-pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
+pub fn subscribe(kafka: &KafkaConfig, metrics: &Metrics) -> Result<Subscription, IngestError> {
     use rdkafka::consumer::Consumer as _;
-    let context = IngestContext::default();
+    let context = IngestContext { rebalances: Arc::default(), gate: Arc::default(), fatal: Arc::default(), metrics: metrics.clone() };
     let (rebalances, gate, fatal) = (context.rebalances.clone(), context.gate.clone(), context.fatal.clone());
     let mut config = client_config(kafka)?;
     config
@@ -220,7 +301,9 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
         .set("fetch.max.bytes", (16 * 1024 * 1024).to_string())
         .set("max.partition.fetch.bytes", (4 * 1024 * 1024).to_string());
 
-    let consumer: Consumer = config.create_with_context(context).map_err(|source| IngestError::Kafka { operation: "create consumer", source })?;
+    // librdkafka refuses a bad property or value here: a configuration error.
+    let consumer: Consumer =
+        config.create_with_context(context).map_err(|e| IngestError::Config(format!("kafka consumer: {e} (check kafka.options)")))?;
     match kafka.assignment {
         Assignment::Group => {
             let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
@@ -234,7 +317,7 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
             for topic in &kafka.topics {
                 let metadata = consumer
                     .fetch_metadata(Some(topic), std::time::Duration::from_secs(10))
-                    .map_err(|source| IngestError::Kafka { operation: "fetch metadata", source })?;
+                    .map_err(|source| refused_or(&consumer, kafka, "fetch metadata", source))?;
                 for t in metadata.topics() {
                     for p in t.partitions() {
                         if kafka.partitions.is_empty() || kafka.partitions.contains(&p.id()) {
@@ -252,7 +335,8 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
             // coordinator: librdkafka gives up on Offset::Stored when the
             // coordinator is not ready (a broker that just started), and
             // the partitions then never fetch.
-            let tpl = tokio::task::block_in_place(|| committed_or_earliest(&consumer, &tpl))?;
+            let tpl = tokio::task::block_in_place(|| committed_or_earliest(&consumer, &tpl))
+                .map_err(|source| refused_or(&consumer, kafka, "committed offset lookup", source))?;
             consumer.assign(&tpl).map_err(|source| IngestError::Kafka { operation: "assign", source })?;
             rebalances.push(RebalanceEvent::Assigned(assigned));
         }
@@ -260,10 +344,47 @@ pub fn subscribe(kafka: &KafkaConfig) -> Result<Subscription, IngestError> {
     Ok(Subscription { consumer: Arc::new(consumer), rebalances, gate, fatal })
 }
 
+/// A broker call made before the pipeline polls the consumer failed. If
+/// the broker refused the credentials, the certificate or the user's
+/// rights, that is permanent (exit 2): the refusal is in the error itself
+/// or among the errors librdkafka queued meanwhile (read here, since
+/// nothing else polls the consumer yet). Otherwise it is transient.
+fn refused_or(consumer: &Consumer, kafka: &KafkaConfig, operation: &'static str, source: KafkaError) -> IngestError {
+    let refused = |code: RDKafkaErrorCode, reason: String| IngestError::KafkaRefused {
+        brokers: kafka.brokers.clone(),
+        security: kafka.security.describe(),
+        code,
+        reason,
+    };
+    if let Some(code) = source.rdkafka_error_code().filter(|c| is_permanent(*c)) {
+        return refused(code, source.to_string());
+    }
+    // The refusal reaches the error callback on librdkafka's own thread, or
+    // waits in the consumer queue (served here, since nothing else polls
+    // it yet): look for either, for up to two seconds.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    tokio::task::block_in_place(|| loop {
+        if let Some((code, reason)) = rdkafka::consumer::Consumer::context(consumer).fatal.get() {
+            return refused(code, reason);
+        }
+        while let Some(event) = futures_util::FutureExt::now_or_never(consumer.recv()) {
+            if let Err(e) = event {
+                if let Some(code) = e.rdkafka_error_code().filter(|c| is_permanent(*c)) {
+                    return refused(code, e.to_string());
+                }
+            }
+        }
+        if std::time::Instant::now() >= give_up {
+            return IngestError::Kafka { operation, source };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    })
+}
+
 /// `tpl` with each partition's committed offset, or the log start where
 /// the group has none. Retries while the coordinator is not available
-/// (up to two minutes), logged at WARN.
-fn committed_or_earliest(consumer: &Consumer, tpl: &rdkafka::TopicPartitionList) -> Result<rdkafka::TopicPartitionList, IngestError> {
+/// (up to two minutes), logged at WARN; not a refusal.
+fn committed_or_earliest(consumer: &Consumer, tpl: &rdkafka::TopicPartitionList) -> Result<rdkafka::TopicPartitionList, KafkaError> {
     use inferlog_store::retry::{self, BlockingRetryable};
     use rdkafka::consumer::Consumer as _;
     use std::time::Duration;
@@ -276,18 +397,20 @@ fn committed_or_earliest(consumer: &Consumer, tpl: &rdkafka::TopicPartitionList)
             }
         })
     };
+    // A refusal (credentials, rights) is not waited out.
+    let waitable = |e: &KafkaError| !e.rdkafka_error_code().is_some_and(is_permanent) && consumer.context().fatal.get().is_none();
     let committed = lookup
         .retry(retry::backoff_for(Duration::from_millis(200), Duration::from_secs(5), Duration::from_secs(120)))
+        .when(waitable)
         .notify(|error, _| tracing::warn!(%error, "kafka: waiting for the group coordinator to read the committed offsets"))
-        .call()
-        .map_err(|source| IngestError::Kafka { operation: "committed offset lookup", source })?;
+        .call()?;
     let mut resolved = rdkafka::TopicPartitionList::new();
     for e in committed.elements() {
         let offset = match e.offset().to_raw().filter(|o| *o >= 0) {
             Some(o) => rdkafka::Offset::Offset(o),
             None => rdkafka::Offset::Beginning,
         };
-        resolved.add_partition_offset(e.topic(), e.partition(), offset).map_err(|source| IngestError::Kafka { operation: "assign", source })?;
+        resolved.add_partition_offset(e.topic(), e.partition(), offset)?;
     }
     Ok(resolved)
 }

@@ -10,19 +10,19 @@
 //! rebalance waits for it ([`crate::source::FlushGate`]), so a partition
 //! changes owner only when what was read from it is durable.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{stream, StreamExt as _, TryStreamExt as _};
-use inferlog_schema::ErrorClass;
 use inferlog_store::retry::{self, Retryable};
 use tokio::sync::watch;
 
-use crate::batch::{Batch, BufferPool};
-use crate::clickhouse_sink::{ClickHouseSink, EncodedRows, RejectRow};
+use crate::batch::{reject_day, Batch, BufferPool, Coverage};
+use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows, RejectRow};
 use crate::config::IngestConfig;
-use crate::dlq::{Dlq, Reject};
+use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
 
@@ -43,11 +43,14 @@ pub struct Writer {
     pub shutdown: watch::Receiver<bool>,
     /// Set at SIGTERM: retries stop at this instant.
     deadline: Arc<Mutex<Option<Instant>>>,
+    /// The coverage of the last batch made durable, marked done in the
+    /// replay log with the next batch's intents.
+    done: Arc<Mutex<Vec<Coverage>>>,
 }
 
 impl Writer {
     pub fn new(sink: ClickHouseSink, dlq: Dlq, config: IngestConfig, metrics: Metrics, shutdown: watch::Receiver<bool>) -> Writer {
-        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, deadline: Arc::new(Mutex::new(None)) }
+        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, deadline: Arc::new(Mutex::new(None)), done: Arc::default() }
     }
 
     /// Starts the shutdown budget (`shutdown_timeout`) if it has not started.
@@ -58,6 +61,23 @@ impl Writer {
 
     fn deadline(&self) -> Option<Instant> {
         self.deadline.lock().ok().and_then(|d| *d)
+    }
+
+    /// What is left of the shutdown budget, once it has started.
+    pub fn remaining_budget(&self) -> Option<Duration> {
+        self.deadline().map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Marks the last durable batch done in the replay log (at shutdown;
+    /// best effort: without it the next reader checks that batch row by row).
+    pub async fn mark_done(&self) {
+        let done = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
+        if done.is_empty() {
+            return;
+        }
+        if let Err(error) = self.sink.log_coverage(&[], &done, now_ms()).await {
+            tracing::info!(%error, "could not mark the last batch done in the replay log; its next reader checks it row by row");
+        }
     }
 
     /// Whether a wait of `wait` still fits the shutdown budget. A SIGTERM
@@ -84,7 +104,7 @@ impl Writer {
         let result = op
             .retry(retry::backoff(self.config.retry_initial_backoff, self.config.retry_max_backoff))
             .sleep(retry::ShutdownSleeper::new(self.shutdown.clone()))
-            .when(|e| e.class() == ErrorClass::Retry)
+            .when(IngestError::retry_in_place)
             .adjust(|_, wait| {
                 let fits = wait.filter(|w| self.fits_budget(*w));
                 out_of_time.store(fits.is_none(), Ordering::Relaxed);
@@ -131,24 +151,39 @@ impl Writer {
         Ok(())
     }
 
-    /// Makes the batch durable: rows per day ([`DAYS_AT_ONCE`] at a time),
-    /// then rejects to the DLQ (a produce failure is retried and blocks the
-    /// commit, never drops a reject), then their log. The first error that
-    /// is not retried ends the write and abandons a day still in flight, as
-    /// a crash would: nothing is committed, and the replay filter skips
-    /// whatever of it landed.
+    /// Makes the batch durable: its coverage in the replay log (with the
+    /// done marks of the batch before), rows per day ([`DAYS_AT_ONCE`] at a
+    /// time), then rejects to the DLQ (a transient produce failure is
+    /// retried and blocks the commit, never drops a reject), then their
+    /// log, one INSERT per day. The first error that is not retried ends
+    /// the write and abandons a day still in flight, as a crash would:
+    /// nothing is committed, and the replay log's intent makes the next
+    /// reader skip whatever of it landed.
     pub async fn write(&self, mut batch: Batch) -> Result<(), IngestError> {
+        crate::hooks::slow_write().await;
+        let coverage = batch.coverage();
+        let done = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
+        let (intents, marks) = (&coverage, &done);
+        self.retry("log the batch in the replay log", move |sink, _| async move { sink.log_coverage(intents, marks, now_ms()).await }).await?;
         let pool = batch.pool();
         stream::iter(batch.take_days())
             .map(|(_day, rows)| self.insert_day(rows, &pool))
             .buffer_unordered(DAYS_AT_ONCE)
             .try_for_each(|()| std::future::ready(Ok(())))
             .await?;
-        if batch.rejects.is_empty() {
-            return Ok(());
+        crate::hooks::panic_point("writer");
+        if !batch.rejects.is_empty() {
+            self.send_rejects(&batch.rejects).await?;
         }
+        // Durable: the next batch's replay-log insert marks this one done.
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = coverage;
+        Ok(())
+    }
+
+    /// Rejects to the DLQ, then to their log, one INSERT per day received.
+    async fn send_rejects(&self, rejects: &[Reject]) -> Result<(), IngestError> {
         // A failed send leaves the rejects it could not deliver pending.
-        let pending: Mutex<Vec<&Reject>> = Mutex::new(batch.rejects.iter().collect());
+        let pending: Mutex<Vec<&Reject>> = Mutex::new(rejects.iter().collect());
         self.retrying("send rejects to the DLQ", || async {
             let to_send = std::mem::take(&mut *pending.lock().unwrap_or_else(|p| p.into_inner()));
             self.dlq.send_all(&to_send).await.map_err(|(failed, error)| {
@@ -157,26 +192,29 @@ impl Writer {
             })
         })
         .await?;
-        let log: Vec<RejectRow> = batch
-            .rejects
-            .iter()
-            .map(|r| RejectRow {
-                day: r.received_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY) as u16,
+        let mut days: BTreeMap<u16, Vec<RejectRow>> = BTreeMap::new();
+        for r in rejects {
+            let row = RejectRow {
+                day: reject_day(r.received_ms),
                 received_at: (r.received_ms / 1000) as u32,
                 reason: r.rejection.reason.as_str(),
                 field: r.rejection.field.clone(),
                 message: r.rejection.message.clone(),
                 kafka_topic: r.topic.to_string(),
-                kafka_partition: r.partition as u16,
+                kafka_partition: table_partition(&r.topic, r.partition)?,
                 kafka_offset: r.offset as u64,
                 bytes: r.payload.len() as u32,
+            };
+            days.entry(row.day).or_default().push(row);
+        }
+        for rows in days.into_values() {
+            let rows = Arc::new(rows);
+            self.retry("log rejects", move |sink, retry| {
+                let rows = rows.clone();
+                async move { sink.insert_rejects(&rows, retry).await }
             })
-            .collect();
-        let log = Arc::new(log);
-        self.retry("log rejects", move |sink, retry| {
-            let log = log.clone();
-            async move { sink.insert_rejects(&log, retry).await }
-        })
-        .await
+            .await?;
+        }
+        Ok(())
     }
 }

@@ -290,6 +290,46 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// Creates this scenario's hot table before ingest does, with ingest's
+    /// columns but a plain `MergeTree`: no merge can collapse a duplicate,
+    /// so `count()` against the produced events proves exactly once.
+    pub fn create_plain_hot_table(&self) {
+        create_plain_hot_table("inferlog_test", &self.table);
+    }
+
+    /// Runs ingest with `env` until it exits (or fails past `limit`):
+    /// its exit code, how long it took, and its log.
+    pub fn run_ingest(&self, exit_when_idle: Option<&str>, log: &str, env: &[(&str, &str)], limit: Duration) -> (Option<i32>, Duration, String) {
+        let started = Instant::now();
+        let mut child = self.spawn_ingest_with(exit_when_idle, log, env);
+        let status = wait_with_limit(&mut child, limit);
+        (status.code(), started.elapsed(), self.log(log))
+    }
+
+    /// Rows and distinct (partition, offset) of the rejects log.
+    pub fn rejects_logged(&self) -> (u64, u64) {
+        let sql = format!("SELECT count(), uniqExact(kafka_partition, kafka_offset) FROM inferlog_test.{}", self.rejects_table);
+        let answer = try_clickhouse(&sql).unwrap_or_else(|_| "0\t0".into());
+        let mut parts = answer.split('\t').map(|p| p.parse::<u64>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
+}
+
+/// `database.table` with the hot table's columns (`inferlog_store::tables::HOT`)
+/// on a plain `MergeTree`, so a duplicate stays visible to `count()`.
+pub fn create_plain_hot_table(database: &str, table: &str) {
+    let version = inferlog_store::hot::parse_version(&clickhouse("SELECT version()"));
+    let shape = inferlog_store::tables::Shape { engine: "MergeTree()", ..inferlog_store::tables::HOT };
+    clickhouse(&format!("CREATE DATABASE IF NOT EXISTS {database}"));
+    clickhouse(&shape.ddl(database, table, version));
+}
+
+/// The value of the first metric line of `/metrics` at `addr` starting with `line_start`.
+pub fn metric(addr: &str, line_start: &str) -> Option<f64> {
+    http_get(addr, "/metrics").lines().find_map(|l| l.strip_prefix(line_start).and_then(|v| v.trim().parse::<f64>().ok()))
+}
+
 /// A loopback `host:port` free right now, for a daemon's /metrics and /healthz.
 pub fn free_loopback_addr() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();

@@ -35,8 +35,7 @@ pub fn insert_hot(clickhouse_url: &str, database: &str, table: &str, events: &[I
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let sink = ClickHouseSink::new(&config).expect("sink");
-        sink.ensure_schema().await.expect("create the hot table");
+        let (sink, _) = ClickHouseSink::new(&config).expect("sink").prepared().await.expect("create the hot table");
         let topic: Arc<str> = Arc::from("seeded");
         // Ingestion time follows the event time, so the same events make the same rows (and archives) in every run.
         let mut rows: Vec<HotRow> =
@@ -56,6 +55,6 @@ pub fn encoded(rows: &[HotRow]) -> EncodedRows {
     for row in rows {
         row.encode(&mut bytes);
     }
-    let first = rows.first().map_or_else(|| (Arc::from(""), 0, 0), |r| (r.kafka_topic.clone(), r.kafka_partition, r.kafka_offset));
+    let first = rows.first().map_or_else(|| (Arc::from(""), 0, 0), |r| (r.kafka_topic.clone(), i32::from(r.kafka_partition), r.kafka_offset as i64));
     EncodedRows { chunks: vec![bytes::Bytes::from(bytes)], first, rows: rows.len() }
 }

@@ -39,7 +39,7 @@ fn the_exit_code_table_matches_the_code() {
     let documented = first_column(&contract(), "Every command uses one exit code table");
     assert!(documented.is_empty(), "exit codes are plain numbers");
     let text = contract();
-    for code in [exit::OK, exit::PROBLEMS, exit::PERMANENT, exit::TRANSIENT] {
+    for code in [exit::OK, exit::PROBLEMS, exit::PERMANENT, exit::TRANSIENT, exit::BUG] {
         assert!(text.contains(&format!("\n| {code} |")), "exit code {code} in the table");
     }
 }

@@ -6,8 +6,8 @@
 //! the end the reconciliation still holds exactly ([`Pipeline::reconcile`])
 //! and `audit` is clean.
 //!
-//! It stops shared servers (and the S3 server forgets its objects when
-//! stopped), so it lives alone in its test binary; cargo runs test binaries
+//! It stops shared servers (SeaweedFS keeps its objects on disk across the
+//! stop), so it lives alone in its test binary; cargo runs test binaries
 //! one after another.
 
 use std::process::Child;

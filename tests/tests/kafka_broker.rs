@@ -1,7 +1,7 @@
 //! ingest while the Apache Kafka broker fails under it: killed (`kill -9`)
 //! mid-run and restarted 30 s later; stopped cleanly and restarted while
-//! the group rebalances; and messages the broker deleted (retention)
-//! before ingest read them. ingest never exits for any of these, and the
+//! the group rebalances; down when ingest is told to stop (SIGTERM); and
+//! messages the broker deleted (retention) before ingest read them. ingest never exits for any of these, and the
 //! totals are exact (hot rows + DLQ = produced, less what the broker
 //! deleted, which is counted). Its own test binary, because stopping the
 //! shared broker would fail every other test running beside it; the tests
@@ -113,4 +113,37 @@ fn messages_the_broker_deleted_before_ingest_read_them_are_counted_and_the_rest_
     assert!(log.contains("offsets are gone from the broker"), "logged: {log}");
     assert_eq!(s.hot_count(), (valid, valid), "everything still readable is stored: {log}");
     assert_eq!(read_topic(&s.dlq).len(), events.len() - valid as usize);
+}
+
+/// SIGTERM while the broker is down, with everything read still buffered:
+/// ingest writes the rows, cannot deliver the rejects or commit, and exits
+/// within systemd's `TimeoutStopSec` (45 s) instead of waiting on the
+/// broker; nothing is lost: once the broker is back, a run stores the rest
+/// (skipping what landed) and delivers every reject.
+#[test]
+fn sigterm_with_the_broker_down_exits_within_the_budget_and_loses_nothing() {
+    let _turn = BROKER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let addr = free_loopback_addr();
+    let s = Scenario::static_assignment("broker_down_term", 4, &format!("metrics_addr = \"{addr}\"\nbatch_max_age = \"60s\"\n"));
+    let events = s.produce_generated(5_000, 0.02, 1405);
+    let valid = valid_count(&events) as u64;
+    let mut ingest = s.spawn_ingest(None, "ingest.log");
+    let all_read = format!("inferlog_ingest_messages_total{{topic=\"{}\"}} ", s.topic);
+    wait_for(Duration::from_secs(60), || metric(&addr, &all_read) == Some(5_000), || s.log("ingest.log"));
+    assert_eq!(s.hot_count().0, 0, "everything read is still buffered");
+
+    let restart = OnDrop("start-kafka");
+    services("kill-kafka");
+    let stopping = std::time::Instant::now();
+    let status = inferlog_tests::sigterm(&mut ingest, Duration::from_secs(90));
+    let took = stopping.elapsed();
+    let log = s.log("ingest.log");
+    assert!(took < Duration::from_secs(45), "exits within TimeoutStopSec (45 s), took {took:?}: {log}");
+    assert_ne!(status.code(), Some(2), "the broker being away is not permanent: {log}");
+    assert_eq!(s.hot_count().0, valid, "the rows were made durable before the exit: {log}");
+
+    drop(restart); // the broker comes back
+    s.drain("after.log");
+    assert_eq!(s.hot_count(), (valid, valid), "{}", s.log("after.log"));
+    assert_eq!(inferlog_tests::dlq_sources(&read_topic(&s.dlq)).len(), events.len() - valid as usize, "every reject in the DLQ");
 }

@@ -1,9 +1,12 @@
 //! ingest and retention through the broker's authenticated listener
 //! (SASL_SSL, SCRAM-SHA-512, the CA `services.sh` generated): a full run
-//! with exact totals; a wrong password and an untrusted certificate each
-//! stop ingest with exit 2 within 30 s, naming broker, mechanism and cause,
-//! with nothing committed; retention's admin client reads the DLQ's
-//! retention through the same listener.
+//! with exact totals; a wrong password (with group or static assignment)
+//! and an untrusted certificate each stop ingest with exit 2 within 30 s,
+//! naming broker, mechanism and cause, with nothing committed; a user the
+//! broker lets read but not write the DLQ stops with exit 2 naming the DLQ,
+//! the rows before it stored and nothing committed past its rejects;
+//! retention's admin client reads the DLQ's retention through the same
+//! listener.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -55,7 +58,11 @@ fn a_full_run_over_sasl_ssl_stores_every_event_exactly_once() {
 /// Runs ingest against the SASL_SSL listener with `env`, expecting exit 2
 /// within 30 s; returns its log.
 fn refused(name: &str, ca_file: Option<PathBuf>, env: &[(&str, &str)]) -> String {
-    let s = Scenario::with_kafka(name, 2, &security(ca_file), "");
+    refused_with(name, &security(ca_file), env)
+}
+
+fn refused_with(name: &str, kafka: &str, env: &[(&str, &str)]) -> String {
+    let s = Scenario::with_kafka(name, 2, kafka, "");
     s.produce_generated(500, 0.0, 1302);
     let brokers = sasl_brokers();
     let mut env = env.to_vec();
@@ -79,6 +86,42 @@ fn a_wrong_password_exits_2_naming_broker_mechanism_and_cause() {
     let error = refused("sasl_badpw", Some(local_ca()), &[("INFERLOG_KAFKA_PASSWORD", "not-the-password")]);
     assert!(error.to_lowercase().contains("authentication"), "names the cause: {error}");
     assert!(!error.contains("not-the-password"), "the password is never logged: {error}");
+}
+
+/// Static assignment asks the broker for metadata and committed offsets
+/// before anything polls the consumer: a refused password found there is
+/// permanent too (exit 2), not a broker to wait for (75).
+#[test]
+fn a_wrong_password_with_static_assignment_exits_2() {
+    let kafka = format!("{}assignment = \"static\"\n", security(Some(local_ca())));
+    let error = refused_with("sasl_static", &kafka, &[("INFERLOG_KAFKA_PASSWORD", "not-the-password")]);
+    assert!(error.to_lowercase().contains("authentication"), "names the cause: {error}");
+}
+
+/// `inferlog-nodlq` may read everything but not write topics named
+/// `nodlq-*` (ACLs set by `services.sh`): its first reject stops ingest
+/// with exit 2 naming the DLQ, after the rows before it were stored, and
+/// nothing is committed past the reject.
+#[test]
+fn a_dlq_the_broker_will_not_let_inferlog_write_exits_2_naming_it() {
+    let s =
+        Scenario::with_kafka("sasl_nodlq", 1, &security(Some(local_ca())).replace("username = \"inferlog\"", "username = \"inferlog-nodlq\""), "");
+    let dlq = format!("nodlq-{}", s.dlq);
+    inferlog_tests::create_topics(1, &[&dlq]);
+    let events = s.produce_generated(2_000, 0.05, 1303);
+    let brokers = sasl_brokers();
+    let env = [("INFERLOG_KAFKA__BROKERS", brokers.as_str()), ("INFERLOG_KAFKA__DLQ_TOPIC", dlq.as_str())];
+    let started = Instant::now();
+    let mut ingest = s.spawn_ingest_with(None, "ingest.log", &env);
+    let status = wait_with_limit(&mut ingest, Duration::from_secs(120));
+    let log = s.log("ingest.log");
+    assert_eq!(status.code(), Some(2), "refused writes to the DLQ are permanent: {log}");
+    assert!(started.elapsed() < Duration::from_secs(60), "within seconds of the first reject: {log}");
+    let error = log.lines().find(|l| l.contains("ingest failed")).unwrap_or_else(|| panic!("an error line: {log}"));
+    assert!(error.contains(&dlq) && error.contains("refuses writes"), "names the DLQ and the refusal: {error}");
+    let first_reject = events.iter().position(|e| e.expected.is_some()).expect("a reject") as i64;
+    assert!(committed(&s.topic, &s.group).iter().all(|&o| o <= first_reject), "nothing committed past the first reject");
+    assert!(read_topic(&dlq).is_empty(), "the broker took nothing");
 }
 
 #[test]

@@ -1,0 +1,52 @@
+//! Lag reporting. In: the consumer's assignment and positions, and the
+//! broker's high watermarks, every few seconds. Out: the
+//! `inferlog_ingest_consumer_lag` gauge per partition. Runs as its own
+//! task, off the pipeline's loop: a slow or absent broker delays the
+//! gauge, never the ingest.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::Consumer as _;
+use tokio::sync::watch;
+
+use crate::metrics::{self, Metrics};
+use crate::source::Consumer;
+
+/// How often the lag is sampled.
+const EVERY: Duration = Duration::from_secs(5);
+
+/// Starts the lag task; it ends at shutdown.
+pub fn spawn(consumer: Arc<Consumer>, metrics: Metrics, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval_at((Instant::now() + Duration::from_secs(2)).into(), EVERY);
+        // After a long check, one check rather than a burst.
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = ticker.tick() => {
+                    let consumer = consumer.clone();
+                    let Ok(lags) = tokio::task::spawn_blocking(move || lags(&consumer)).await else { continue };
+                    for (topic, partition, lag) in lags {
+                        metrics::consumer_lag(&metrics, &topic, partition, lag);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Each assigned partition's lag: the high watermark less the position.
+/// Blocking (a broker round trip per partition).
+fn lags(consumer: &Consumer) -> Vec<(String, i32, i64)> {
+    let (Ok(assignment), Ok(positions)) = (consumer.assignment(), consumer.position()) else { return Vec::new() };
+    let mut lags = Vec::with_capacity(assignment.count());
+    for e in assignment.elements() {
+        let (topic, partition) = (e.topic(), e.partition());
+        let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
+        let position = positions.find_partition(topic, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
+        lags.push((topic.to_owned(), partition, high - position.unwrap_or(high)));
+    }
+    lags
+}

@@ -1,0 +1,192 @@
+//! The replay log. In: what each batch covers per partition
+//! ([`Coverage`]), before it is written and once it is durable; and, when
+//! a partition is (re)assigned, its committed offset. Out: the offset
+//! ranges past that commit an earlier reader already handled
+//! ([`StoredRanges`]), so the new reader skips them.
+//!
+//! The log is a small table keyed by partition and last offset (one row
+//! per batch and partition, [`inferlog_store::tables::REPLAY_LOG`]), so a
+//! lookup reads an index range instead of scanning the hot table:
+//!
+//! - a range marked done (state 1) is skipped whole: every offset in it was
+//!   stored, rejected or dropped as a duplicate;
+//! - a range with only its intent (state 0: the reader died or lost the
+//!   partition while writing it) is checked row by row, in the hot-table
+//!   days and rejects-log days the intent names;
+//! - offsets before the partition's oldest entry (tables written before
+//!   the log existed, or entries retention removed) are looked up in both
+//!   tables, streamed into ranges.
+//!
+//! Memory is proportional to the number of ranges, not of rows. A batch's
+//! intents go out in the same INSERT as the previous batch's done marks,
+//! before its rows, so the log costs one small INSERT per batch.
+
+use clickhouse::Row;
+use serde::{Deserialize, Serialize};
+
+use crate::batch::Coverage;
+use crate::clickhouse_sink::{table_partition, ClickHouseSink, OffsetRow};
+use crate::error::IngestError;
+use crate::offsets::{RangeBuilder, StoredRanges};
+
+/// Range states in the log.
+const INTENT: u8 = 0;
+const DONE: u8 = 1;
+
+/// One entry, as stored ([`inferlog_store::tables::REPLAY_LOG`]'s columns, in order).
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct Entry {
+    pub day: u16,
+    pub written_at: u32,
+    pub kafka_topic: String,
+    pub kafka_partition: u16,
+    pub first_offset: u64,
+    pub last_offset: u64,
+    pub state: u8,
+    pub row_days: Vec<u16>,
+    pub reject_days: Vec<u16>,
+}
+
+impl Entry {
+    fn of(c: &Coverage, state: u8, now_ms: i64) -> Result<Entry, IngestError> {
+        Ok(Entry {
+            day: crate::batch::reject_day(now_ms),
+            written_at: (now_ms / 1000) as u32,
+            kafka_topic: c.topic.to_string(),
+            kafka_partition: table_partition(&c.topic, c.partition)?,
+            first_offset: c.first.max(0) as u64,
+            last_offset: c.last.max(0) as u64,
+            state,
+            row_days: c.row_days.clone(),
+            reject_days: c.reject_days.clone(),
+        })
+    }
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct Oldest {
+    entries: u64,
+    first: u64,
+}
+
+/// `YYYY-MM-DD` literals of days, for `day IN (…)`.
+fn day_list(days: &[u16]) -> String {
+    days.iter().map(|d| format!("'{}'", inferlog_store::day_string(i32::from(*d)))).collect::<Vec<_>>().join(", ")
+}
+
+impl ClickHouseSink {
+    /// Records `intents` (a batch about to be written) and `done` (batches
+    /// now durable) in one INSERT.
+    pub async fn log_coverage(&self, intents: &[Coverage], done: &[Coverage], now_ms: i64) -> Result<(), IngestError> {
+        let mut entries = Vec::with_capacity(intents.len() + done.len());
+        for c in done {
+            entries.push(Entry::of(c, DONE, now_ms)?);
+        }
+        for c in intents {
+            entries.push(Entry::of(c, INTENT, now_ms)?);
+        }
+        self.insert(&self.replay_table, &entries).await
+    }
+
+    /// The offsets ≥ `from` of one partition an earlier reader handled.
+    pub async fn stored_ranges(&self, topic: &str, partition: i32, from: i64) -> Result<StoredRanges, IngestError> {
+        let p = table_partition(topic, partition)?;
+        let from = from.max(0);
+        let log = format!("{}.{}", self.database, self.replay_table);
+        let oldest = self
+            .client
+            .query(&format!("SELECT count() AS entries, min(first_offset) AS first FROM {log} WHERE kafka_topic = ? AND kafka_partition = ?"))
+            .bind(topic)
+            .bind(p)
+            .fetch_one::<Oldest>()
+            .await
+            .map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
+        let entries = self
+            .client
+            .query(&format!(
+                "SELECT ?fields FROM {log} WHERE kafka_topic = ? AND kafka_partition = ? AND last_offset >= ? ORDER BY first_offset, last_offset, state"
+            ))
+            .bind(topic)
+            .bind(p)
+            .bind(from as u64)
+            .fetch_all::<Entry>()
+            .await
+            .map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
+
+        let mut ranges: Vec<(i64, i64)> = Vec::new();
+        // Offsets no entry covers: written before the log existed, or
+        // entries already removed by retention.
+        let covered_from = if oldest.entries == 0 { None } else { Some(oldest.first as i64) };
+        if covered_from.is_none_or(|first| first > from) {
+            let until = covered_from.map(|f| f - 1);
+            ranges.extend(self.scan(topic, p, from, until, None).await?);
+        }
+        // One range per (first, last): done if any entry of it is done.
+        let mut i = 0;
+        while i < entries.len() {
+            let (first, last) = (entries[i].first_offset, entries[i].last_offset);
+            let group: Vec<&Entry> = entries[i..].iter().take_while(|e| e.first_offset == first && e.last_offset == last).collect();
+            i += group.len();
+            let (first, last) = ((first as i64).max(from), last as i64);
+            if group.iter().any(|e| e.state == DONE) {
+                ranges.push((first, last));
+            } else {
+                let intent = group[0];
+                ranges.extend(self.scan(topic, p, first, Some(last), Some((&intent.row_days, &intent.reject_days))).await?);
+            }
+        }
+        Ok(StoredRanges::new(ranges))
+    }
+
+    /// The offsets in `from..=until` of one partition stored as hot rows or
+    /// logged rejects, as ranges, streamed in offset order. `days` limits
+    /// the scan to the hot-table days and rejects-log days an intent named.
+    async fn scan(
+        &self,
+        topic: &str,
+        partition: u16,
+        from: i64,
+        until: Option<i64>,
+        days: Option<(&[u16], &[u16])>,
+    ) -> Result<Vec<(i64, i64)>, IngestError> {
+        let until = until.unwrap_or(i64::MAX);
+        let mut parts = Vec::new();
+        for (table, day_filter) in [(&self.table, days.map(|d| d.0)), (&self.rejects_table, days.map(|d| d.1))] {
+            let days = match day_filter {
+                Some([]) => continue,
+                Some(days) => format!(" AND day IN ({})", day_list(days)),
+                None => String::new(),
+            };
+            parts.push(format!(
+                "SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ?{days}",
+                self.database
+            ));
+        }
+        if parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!("SELECT kafka_offset FROM ({}) ORDER BY kafka_offset", parts.join(" UNION ALL "));
+        let mut query = self.client.query(&sql);
+        for _ in &parts {
+            query = query.bind(topic).bind(partition).bind(from as u64).bind(until as u64);
+        }
+        let mut cursor = query.fetch::<OffsetRow>().map_err(|e| self.error("replay scan", &self.table, e))?;
+        let mut ranges = RangeBuilder::default();
+        while let Some(row) = cursor.next().await.map_err(|e| self.error("replay scan", &self.table, e))? {
+            ranges.push(row.kafka_offset as i64);
+        }
+        Ok(ranges.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_the_replay_logs_shape() {
+        let shape: Vec<&str> = inferlog_store::tables::REPLAY_LOG.columns.iter().map(|c| c.name).collect();
+        assert_eq!(<Entry as Row>::COLUMN_NAMES, shape.as_slice());
+        assert_eq!(day_list(&[20_000, 20_001]), "'2024-10-04', '2024-10-05'");
+    }
+}
