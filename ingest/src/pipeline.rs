@@ -433,27 +433,34 @@ impl Pipeline {
     ) -> Result<(), IngestError> {
         let (partition, offset) = (message.partition(), message.offset());
         let key: PartitionKey = (topic.clone(), partition);
-        match self.partitions.status(&key) {
-            Status::Started => {}
-            Status::NotOwned => {
-                metrics::unowned_message(&self.metrics, &topic, partition, offset);
-                return Ok(());
-            }
-            // Never started while stopping: it is left to the next run.
-            Status::NotStarted if *self.writer.shutdown.borrow() => return Ok(()),
-            Status::NotStarted => {
-                let task = tokio::spawn(partitions::lookup_start(self.broker.clone(), self.writer.clone(), self.metrics.clone(), key.clone()));
-                match self.serve_while(task, "partition start").await? {
-                    Ok(state) => self.partitions.started(&key, state),
-                    Err(error) if *self.writer.shutdown.borrow() => {
-                        tracing::info!(%error, topic = %key.0, partition, "stopping before the partition started");
-                        return Ok(());
-                    }
-                    Err(error) => return Err(error),
+        // One lookup for a started partition, the common case.
+        let mut state = match self.partitions.state(&key) {
+            Some(state) => state,
+            None => match self.partitions.status(&key) {
+                Status::NotOwned => {
+                    metrics::unowned_message(&self.metrics, &topic, partition, offset);
+                    return Ok(());
                 }
-            }
-        }
-        let Some(mut state) = self.partitions.state(&key) else { return Ok(()) };
+                // Never started while stopping: it is left to the next run.
+                Status::NotStarted if *self.writer.shutdown.borrow() => return Ok(()),
+                Status::NotStarted | Status::Started => {
+                    let task = tokio::spawn(partitions::lookup_start(self.broker.clone(), self.writer.clone(), self.metrics.clone(), key.clone()));
+                    match self.serve_while(task, "partition start").await? {
+                        Ok(state) => self.partitions.started(&key, state),
+                        Err(error) if *self.writer.shutdown.borrow() => {
+                            tracing::info!(%error, topic = %key.0, partition, "stopping before the partition started");
+                            return Ok(());
+                        }
+                        Err(error) => return Err(error),
+                    }
+                    // Revoked while it started (the wait served the consumer): not owned now.
+                    match self.partitions.state(&key) {
+                        Some(state) => state,
+                        None => return Ok(()),
+                    }
+                }
+            },
+        };
         match state.classify(offset) {
             Delivery::Next => {}
             // Before the commit point: delivered again (a seek or an offset reset).
