@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ClickHouseConfig;
 use crate::error::IngestError;
+use crate::in_flight::{self, InsertIds};
 
 /// One hot row: the normalized event plus where it came from. Field order
 /// is the column order of the table (RowBinary is positional).
@@ -258,6 +259,11 @@ pub struct ClickHouseSink {
     pub(crate) rejects_table: String,
     pub(crate) replay_table: String,
     fsync_after_insert: bool,
+    /// How long an INSERT may take to send and to be answered; past it the
+    /// attempt counts as failed, and its retry ends it first.
+    request_timeout: std::time::Duration,
+    /// Names every INSERT, for the fences of [`crate::in_flight`].
+    pub(crate) ids: Arc<InsertIds>,
 }
 
 impl std::fmt::Debug for ClickHouseSink {
@@ -279,6 +285,8 @@ impl ClickHouseSink {
             rejects_table: config.rejects_table.clone(),
             replay_table: tables::replay_log_table(&config.table),
             fsync_after_insert: config.fsync_after_insert,
+            request_timeout: config.request_timeout,
+            ids: Arc::new(InsertIds::new(&config.database, &config.table)),
         })
     }
 
@@ -372,21 +380,32 @@ impl ClickHouseSink {
         }
     }
 
+    /// A new logical insert's id ([`InsertIds::insert`]): its attempts are
+    /// named after it.
+    pub fn insert_id(&self) -> String {
+        self.ids.insert()
+    }
+
     /// Inserts encoded rows of one UTC day as one INSERT (one part:
-    /// atomic), naming every column. A retry first checks whether the
-    /// earlier attempt landed after all (its answer lost to a dropped
-    /// connection): all of it did or none did.
-    pub async fn insert_rows(&self, rows: &EncodedRows, retry: bool) -> Result<(), IngestError> {
+    /// atomic), naming every column; `id` names its attempts. A retry first
+    /// ends the attempts before that may still run, then checks whether
+    /// one landed after all (its answer lost to a dropped connection): all
+    /// of it did or none did.
+    pub async fn insert_rows(&self, rows: &EncodedRows, id: &str, retry: bool) -> Result<(), IngestError> {
         if rows.rows == 0 {
             return Ok(());
         }
         let (topic, partition, offset) = &rows.first;
-        if retry && self.has_offset(&self.table, topic, table_partition(topic, *partition)?, *offset as u64).await? {
+        if retry && self.landed(&self.table, id, topic, table_partition(topic, *partition)?, *offset as u64).await? {
             tracing::info!(table = %self.table, rows = rows.rows, "an earlier attempt of this insert landed; not inserting again");
             return Ok(());
         }
         let table = &self.table;
-        let mut insert = self.client.insert_formatted_with(tables::HOT.insert_sql(&self.database, table, "RowBinary"));
+        let mut insert = self
+            .client
+            .insert_formatted_with(tables::HOT.insert_sql(&self.database, table, "RowBinary"))
+            .with_setting("query_id", self.ids.attempt(id))
+            .with_timeouts(Some(self.request_timeout), Some(self.request_timeout));
         for chunk in &rows.chunks {
             insert.send(chunk.clone()).await.map_err(|e| self.error("insert", table, e))?;
         }
@@ -395,15 +414,18 @@ impl ClickHouseSink {
 
     /// Logs the rejects of one day (one INSERT: atomic), with the same
     /// landed-already check on retry.
-    pub async fn insert_rejects(&self, rows: &[RejectRow], retry: bool) -> Result<(), IngestError> {
+    pub async fn insert_rejects(&self, rows: &[RejectRow], id: &str, retry: bool) -> Result<(), IngestError> {
         let Some(first) = rows.first() else { return Ok(()) };
-        if retry && self.has_offset(&self.rejects_table, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
+        if retry && self.landed(&self.rejects_table, id, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
             return Ok(());
         }
-        self.insert(&self.rejects_table, rows).await
+        self.insert(&self.rejects_table, rows, id).await
     }
 
-    async fn has_offset(&self, table: &str, topic: &str, partition: u16, offset: u64) -> Result<bool, IngestError> {
+    /// Whether an attempt of insert `id` landed, the one whose first row
+    /// is at `offset`: ends the attempts still running first.
+    async fn landed(&self, table: &str, id: &str, topic: &str, partition: u16, offset: u64) -> Result<bool, IngestError> {
+        in_flight::end_attempts(&self.client, id).await.map_err(|e| self.error("end the attempt before", table, e))?;
         let sql =
             format!("SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ? LIMIT 1", self.database);
         let rows = self
@@ -419,16 +441,18 @@ impl ClickHouseSink {
     }
 
     /// One typed INSERT naming the columns of `T` (the `clickhouse` crate
-    /// lists a `Row`'s fields).
+    /// lists a `Row`'s fields), an attempt of logical insert `id`.
     pub(crate) async fn insert<T: Row + Serialize + for<'a> clickhouse::RowWrite<Value<'a> = T> + 'static>(
         &self,
         table: &str,
         rows: &[T],
+        id: &str,
     ) -> Result<(), IngestError> {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut insert = self.client.insert::<T>(table).await.map_err(|e| self.error("insert", table, e))?;
+        let insert = self.client.insert::<T>(table).await.map_err(|e| self.error("insert", table, e))?;
+        let mut insert = insert.with_setting("query_id", self.ids.attempt(id)).with_timeouts(Some(self.request_timeout), Some(self.request_timeout));
         for row in rows {
             insert.write(row).await.map_err(|e| self.error("insert", table, e))?;
         }

@@ -12,7 +12,9 @@
 //!
 //! Beside the loop: [`broker`] (retried broker round trips), [`lag`]
 //! (consumer lag, its own task), [`drain`] (`--exit-when-idle`),
-//! [`offsets`] (per-partition bookkeeping), [`hooks`] (test faults).
+//! [`offsets`] (per-partition bookkeeping), [`in_flight`] (every INSERT
+//! named; a partition's reader waits out the ones in flight before it
+//! reads the replay log), [`hooks`] (test faults).
 
 pub mod batch;
 pub mod broker;
@@ -23,6 +25,7 @@ pub mod dlq;
 pub mod drain;
 pub mod error;
 pub mod hooks;
+pub mod in_flight;
 pub mod lag;
 pub mod memory;
 pub mod metrics;

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::batch::Coverage;
 use crate::clickhouse_sink::{table_partition, ClickHouseSink, OffsetRow};
 use crate::error::IngestError;
+use crate::in_flight;
 use crate::offsets::{RangeBuilder, StoredRanges};
 
 /// Range states in the log.
@@ -85,12 +86,28 @@ impl ClickHouseSink {
         for c in intents {
             entries.push(Entry::of(c, INTENT, now_ms)?);
         }
-        self.insert(&self.replay_table, &entries).await
+        self.insert(&self.replay_table, &entries, &self.insert_id()).await
     }
 
-    /// The offsets ≥ `from` of one partition an earlier reader handled.
+    /// The offsets ≥ `from` of one partition an earlier reader handled,
+    /// once the inserts into the pipeline's tables in flight have ended
+    /// ([`crate::in_flight`]): a killed writer's last insert lands before
+    /// the log and the tables are read, or not at all.
     pub async fn stored_ranges(&self, topic: &str, partition: i32, from: i64) -> Result<StoredRanges, IngestError> {
         let p = table_partition(topic, partition)?;
+        let waited = in_flight::wait_out(&self.client, self.ids.prefix(), in_flight::GRACE)
+            .await
+            .map_err(|e| self.error("wait out inserts in flight", &self.table, e))?;
+        if waited.inserts > 0 {
+            tracing::info!(
+                topic,
+                partition,
+                inserts = waited.inserts,
+                ended_after_grace = waited.ended,
+                waited_ms = waited.waited.as_millis() as u64,
+                "waited out the inserts in flight before reading the replay log"
+            );
+        }
         let from = from.max(0);
         let log = format!("{}.{}", self.database, self.replay_table);
         let oldest = self

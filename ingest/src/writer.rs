@@ -138,9 +138,10 @@ impl Writer {
     async fn insert_day(&self, rows: EncodedRows, pool: &BufferPool) -> Result<(), IngestError> {
         let rows = Arc::new(rows);
         let attempt = rows.clone();
-        self.retry("insert rows", move |sink, retry| {
-            let rows = attempt.clone();
-            async move { sink.insert_rows(&rows, retry).await }
+        let id = self.sink.insert_id();
+        self.retry("insert rows", |sink, retry| {
+            let (rows, id) = (attempt.clone(), &id);
+            async move { sink.insert_rows(&rows, id, retry).await }
         })
         .await?;
         // Written: its buffers serve the batches that follow. One batch
@@ -209,9 +210,10 @@ impl Writer {
         }
         for rows in days.into_values() {
             let rows = Arc::new(rows);
-            self.retry("log rejects", move |sink, retry| {
-                let rows = rows.clone();
-                async move { sink.insert_rejects(&rows, retry).await }
+            let id = self.sink.insert_id();
+            self.retry("log rejects", |sink, retry| {
+                let (rows, id) = (rows.clone(), &id);
+                async move { sink.insert_rejects(&rows, id, retry).await }
             })
             .await?;
         }

@@ -53,7 +53,9 @@ pub struct ClickHouseConfig {
     pub user: String,
     /// File holding the password. Default: none.
     pub password_file: Option<PathBuf>,
-    /// Timeout of one request. Default: "60s".
+    /// How long ingest waits for one INSERT to be sent and answered; past
+    /// it the attempt has failed, and its retry first ends it on the
+    /// server and checks whether it landed. Default: "60s".
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub request_timeout: Duration,

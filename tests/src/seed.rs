@@ -43,7 +43,7 @@ pub fn insert_hot(clickhouse_url: &str, database: &str, table: &str, events: &[I
         rows.sort_by_key(|r| (r.day, r.kafka_offset));
         for day_rows in rows.chunk_by(|a, b| a.day == b.day) {
             for chunk in day_rows.chunks(100_000) {
-                sink.insert_rows(&encoded(chunk), false).await.expect("insert seeded rows");
+                sink.insert_rows(&encoded(chunk), &sink.insert_id(), false).await.expect("insert seeded rows");
             }
         }
     });

@@ -373,7 +373,7 @@ fn encoded_rows_are_stored_exactly_as_the_clickhouse_crates_own_rows() {
         insert.end().await.expect("typed insert ends");
 
         let (sink, _) = ClickHouseSink::new(&config(&encoded)).expect("sink").prepared().await.expect("encoded table");
-        sink.insert_rows(&inferlog_tests::seed::encoded(&rows), false).await.expect("encoded insert");
+        sink.insert_rows(&inferlog_tests::seed::encoded(&rows), &sink.insert_id(), false).await.expect("encoded insert");
     });
     let all = |table: &str| inferlog_tests::clickhouse(&format!("SELECT * FROM inferlog_test.{table} ORDER BY kafka_offset FORMAT TabSeparated"));
     let (want, got) = (all(&typed), all(&encoded));

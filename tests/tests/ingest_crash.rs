@@ -79,6 +79,64 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     assert_eq!(sources.len() as u64, events.len() as u64 - valid, "rejects in the DLQ topic ({} messages read)", dlq.len());
 }
 
+/// An INSERT the server is still running when its writer is killed is
+/// waited out by the next reader before it reads the replay log. Here a
+/// slow column default keeps an insert of up to 3,000 rows up to 2.7 s on the server (3 s is the server's limit), and
+/// each kill lands while one runs: a restart that looked at once found the
+/// intent's offsets not stored, wrote them again, and then the dead
+/// writer's insert landed too (a CI run of the test above: 11,774 rows
+/// twice, seed 1796239939539).
+#[test]
+fn an_insert_still_running_when_its_writer_is_killed_is_waited_out() {
+    let s = Scenario::static_assignment("zombie", 1, "batch_max_rows = 3000\n");
+    s.create_plain_hot_table();
+    clickhouse(&format!("ALTER TABLE {} ADD COLUMN slow UInt8 DEFAULT sleepEachRow(0.0009)", s.qualified_table()));
+    // One day of events (a day or two UTC days): most of a batch is one insert.
+    let events = inferlog_tests::generate(9_000, 0.01, 407, 1);
+    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), &events));
+    let valid = valid_count(&events) as u64;
+    // By the query text, not ingest's query ids: this finds the inserts of any build.
+    let running = format!("SELECT query_id FROM system.processes WHERE query LIKE 'INSERT INTO %{}%' AND elapsed > 0.3", s.table);
+    let mut zombies: Vec<String> = Vec::new();
+    for k in 0..2 {
+        let log = format!("run-{k}.log");
+        let mut child = s.spawn_ingest(None, &log);
+        // One of this run's own inserts, not the last run's still running.
+        let own = || clickhouse(&running).lines().any(|id| !zombies.iter().any(|z| z == id));
+        wait_for(Duration::from_secs(120), own, || format!("an insert running on the server: {}", s.log(&log)));
+        child.kill().expect("kill -9");
+        let _ = child.wait();
+        let still: Vec<String> = clickhouse(&running).lines().map(str::to_owned).filter(|id| !zombies.contains(id)).collect();
+        assert!(!still.is_empty(), "the killed writer's insert still runs on the server when the next reader starts");
+        zombies.extend(still);
+    }
+    s.drain("final.log");
+    let log = s.log("final.log");
+    assert_eq!(s.hot_count(), (valid, valid), "every valid event once: {log}");
+}
+
+/// An insert that outlives its client's `request_timeout` is ended on the
+/// server before its retry asks whether it landed: the slow column default
+/// keeps a large insert longer than the 1 s timeout, so without that the
+/// retry found nothing yet, inserted again, and both attempts landed.
+#[test]
+fn a_timed_out_insert_is_ended_before_its_retry_looks() {
+    let s = Scenario::static_assignment("timeout", 1, "batch_max_rows = 3000\n");
+    s.create_plain_hot_table();
+    clickhouse(&format!("ALTER TABLE {} ADD COLUMN slow UInt8 DEFAULT sleepEachRow(0.0009)", s.qualified_table()));
+    let events = inferlog_tests::generate(6_000, 0.01, 408, 1);
+    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), &events));
+    let valid = valid_count(&events) as u64;
+    let config = s.dir.path().join("timeout.toml");
+    let toml = std::fs::read_to_string(&s.config).expect("read config").replace("[clickhouse]\n", "[clickhouse]\nrequest_timeout = \"1s\"\n");
+    std::fs::write(&config, toml).expect("write config");
+    let status = s.spawn_ingest_on(&config, Some("8s"), "drain.log", &[]).wait().expect("wait for ingest");
+    let log = s.log("drain.log");
+    assert!(status.success(), "ingest exited with {status}: {log}");
+    assert!(log.contains("an earlier attempt of this insert landed"), "an insert timed out and its retry found it landed: {log}");
+    assert_eq!(s.hot_count(), (valid, valid), "every valid event once: {log}");
+}
+
 /// A restart resumes at the committed offset, here one inside a producer's
 /// record batch of over a thousand records: every offset from it on is
 /// stored, each once, and nothing before it.
