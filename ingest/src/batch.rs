@@ -369,6 +369,7 @@ mod tests {
         let reject = |offset: i64, received_ms: i64| Reject {
             payload: b"{".to_vec(),
             key: None,
+            original: None,
             rejection: inferlog_schema::Rejection::new(inferlog_schema::ReasonCode::JsonMalformed, "", "x"),
             topic: Arc::from("events"),
             partition: 1,

@@ -75,13 +75,19 @@ pub mod headers {
     pub const ORIGINAL_BYTES: &str = "inferlog.original.bytes";
     /// Hex SHA-256 of the original message, when truncated.
     pub const ORIGINAL_SHA256: &str = "inferlog.original.sha256";
+    /// "redacted" when the payload is not the original message
+    /// (`[kafka] dlq_payload`; the original's size and SHA-256 then follow).
+    pub const PAYLOAD: &str = "inferlog.payload";
 }
 
 /// A rejected message waiting for the DLQ.
 #[derive(Debug, Clone)]
 pub struct Reject {
+    /// What the DLQ keeps ([`crate::redact`]).
     pub payload: Vec<u8>,
     pub key: Option<Vec<u8>>,
+    /// The original's size and SHA-256, when `payload` is not the original.
+    pub original: Option<crate::redact::Original>,
     pub rejection: Rejection,
     pub topic: std::sync::Arc<str>,
     pub partition: i32,
@@ -353,12 +359,22 @@ impl Dlq {
                 }
             }
         }
+        let redacted_bytes = r.original.as_ref().map(|o| o.bytes.to_string());
+        if let (Some(o), Some(bytes)) = (&r.original, &redacted_bytes) {
+            h = h
+                .insert(Header { key: headers::PAYLOAD, value: Some("redacted") })
+                .insert(Header { key: headers::ORIGINAL_BYTES, value: Some(bytes.as_str()) })
+                .insert(Header { key: headers::ORIGINAL_SHA256, value: Some(&o.sha256) });
+        }
         let payload = match truncation {
             Some(t) if t.keep < r.payload.len() => {
-                h = h
-                    .insert(Header { key: headers::TRUNCATED, value: Some("true") })
-                    .insert(Header { key: headers::ORIGINAL_BYTES, value: Some(&t.original_bytes) })
-                    .insert(Header { key: headers::ORIGINAL_SHA256, value: Some(&t.original_sha256) });
+                h = h.insert(Header { key: headers::TRUNCATED, value: Some("true") });
+                // A redacted payload's headers already name the original.
+                if r.original.is_none() {
+                    h = h
+                        .insert(Header { key: headers::ORIGINAL_BYTES, value: Some(&t.original_bytes) })
+                        .insert(Header { key: headers::ORIGINAL_SHA256, value: Some(&t.original_sha256) });
+                }
                 &r.payload[..t.keep]
             }
             _ => r.payload.as_slice(),

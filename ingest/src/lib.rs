@@ -8,7 +8,7 @@
 //! and retries, in offset order; [`skew`] of event clocks) → [`batch`]
 //! (per-day batches) → [`writer`] task, one batch in flight:
 //! [`replay_log`] (what the batch covers), [`clickhouse_sink`] (hot rows)
-//! and [`dlq`] (rejects) → [`commit`].
+//! and [`dlq`] (rejects, as [`redact`] leaves them) → [`commit`].
 //!
 //! Beside the loop: [`broker`] (retried broker round trips), [`lag`]
 //! (consumer lag, its own task), [`drain`] (`--exit-when-idle`),
@@ -33,6 +33,7 @@ pub mod normalize;
 pub mod offsets;
 pub mod partitions;
 pub mod pipeline;
+pub mod redact;
 pub mod replay_log;
 pub mod skew;
 pub mod source;

@@ -42,6 +42,7 @@ use crate::metrics::{self, Metrics};
 use crate::normalize::{self, Input, Normalizer, Outcome};
 use crate::offsets::{Delivery, DrainState};
 use crate::partitions::{self, Partitions, Status};
+use crate::redact::{Redacted, Redactor};
 use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
 use crate::writer::Writer;
 
@@ -94,6 +95,7 @@ type TopicEntry = (Arc<str>, prometheus::IntCounter);
 struct Pipeline {
     config: Config,
     normalizer: Normalizer,
+    redactor: Redactor,
     writer: Writer,
     in_flight: Option<InFlight>,
     gate: Arc<FlushGate>,
@@ -124,6 +126,7 @@ struct Pipeline {
 pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shutdown: watch::Receiver<bool>) -> Result<Summary, IngestError> {
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
+    let redactor = Redactor::new(config.kafka.dlq_payload, hasher.clone());
     let normalizer = Normalizer::new(contract, hasher, config.ingest.normalize_threads)?;
     let unprepared = ClickHouseSink::new(&config.clickhouse)?;
     let backoff = (config.ingest.retry_initial_backoff, config.ingest.retry_max_backoff);
@@ -149,6 +152,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         broker: Broker::new(consumer.clone(), config.kafka.clone(), backoff, shutdown.clone(), metrics.clone()),
         config,
         normalizer,
+        redactor,
         in_flight: None,
         gate,
         consumer,
@@ -516,8 +520,8 @@ impl Pipeline {
             Outcome::Rejected(rejection) => crate::skew::explain(rejection, kafka_ms, received_ms),
         };
         metrics::event_rejected(&self.metrics, rejection.reason.as_str());
-        let payload = message.payload().unwrap_or_default().to_vec();
-        let reject = Reject { payload, key: message.key().map(<[u8]>::to_vec), rejection, topic, partition, offset, received_ms };
+        let Redacted { payload, key: source_key, original } = self.redactor.redact(message.payload().unwrap_or_default(), message.key());
+        let reject = Reject { payload, key: source_key, original, rejection, topic, partition, offset, received_ms };
         self.batch.push_reject(reject, key);
         Ok(())
     }

@@ -32,13 +32,37 @@ pub fn detect(text: &str) -> Option<PiiKind> {
         has_at |= c == b'@';
         digit_count += usize::from(c.is_ascii_digit());
     }
-    if has_at && contains_email(b) {
+    if has_at && email_spans(b).next().is_some() {
         return Some(PiiKind::Email);
     }
-    if digit_count >= 7 && contains_phone(b) {
+    if digit_count >= 7 && phone_spans(b).next().is_some() {
         return Some(PiiKind::Phone);
     }
     None
+}
+
+/// `bytes` with every e-mail address and phone number that [`detect`]
+/// would find replaced by `[email]` or `[phone]`; `None` when there is none.
+/// For text that is not a JSON document (the rest of such bytes is kept).
+pub fn mask(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut spans: Vec<(usize, usize, &[u8])> = email_spans(bytes).map(|(s, e)| (s, e, &b"[email]"[..])).collect();
+    spans.extend(phone_spans(bytes).map(|(s, e)| (s, e, &b"[phone]"[..])));
+    if spans.is_empty() {
+        return None;
+    }
+    spans.sort_unstable();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    for (start, end, marker) in spans {
+        if start < at {
+            continue; // overlaps a span already masked
+        }
+        out.extend_from_slice(&bytes[at..start]);
+        out.extend_from_slice(marker);
+        at = end;
+    }
+    out.extend_from_slice(&bytes[at..]);
+    Some(out)
 }
 
 fn is_local_char(c: u8) -> bool {
@@ -49,8 +73,9 @@ fn is_domain_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-')
 }
 
-fn contains_email(b: &[u8]) -> bool {
-    b.iter().enumerate().filter(|(_, &c)| c == b'@').any(|(at, _)| {
+/// `(start, end)` of every e-mail address.
+fn email_spans(b: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    b.iter().enumerate().filter(|(_, &c)| c == b'@').filter_map(|(at, _)| {
         let local = b[..at].iter().rev().take_while(|&&c| is_local_char(c)).count();
         let domain_len = b[at + 1..].iter().take_while(|&&c| is_domain_char(c)).count();
         let domain = b[at + 1..at + 1 + domain_len].strip_suffix(b".").unwrap_or(&b[at + 1..at + 1 + domain_len]);
@@ -62,25 +87,29 @@ fn contains_email(b: &[u8]) -> bool {
             }
             _ => false,
         };
-        local > 0 && tld_ok
+        (local > 0 && tld_ok).then_some((at - local, at + 1 + domain.len()))
     })
 }
 
-fn contains_phone(b: &[u8]) -> bool {
-    (0..b.len()).any(|start| {
+/// `(start, end)` of every phone number.
+fn phone_spans(b: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    (0..b.len()).filter_map(|start| {
         let boundary = start == 0 || !b[start - 1].is_ascii_alphanumeric();
-        boundary && (international_at(b, start) || grouped_3_3_4_at(b, start))
+        if !boundary {
+            return None;
+        }
+        international_at(b, start).or_else(|| grouped_3_3_4_at(b, start)).map(|end| (start, end))
     })
 }
 
 /// `+` followed by 8–15 digits, optionally grouped by short runs (one or
-/// two characters) of spaces, dots, hyphens or parentheses.
-fn international_at(b: &[u8], start: usize) -> bool {
+/// two characters) of spaces, dots, hyphens or parentheses. Its end.
+fn international_at(b: &[u8], start: usize) -> Option<usize> {
     let is_sep = |c: u8| matches!(c, b' ' | b'-' | b'.' | b'(' | b')');
     let mut digits = 0;
     let mut i = start + 1;
     if b[start] != b'+' {
-        return false;
+        return None;
     }
     loop {
         let run = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
@@ -96,24 +125,26 @@ fn international_at(b: &[u8], start: usize) -> bool {
         i += seps;
     }
     let end_ok = b.get(i).is_none_or(|c| !c.is_ascii_alphanumeric());
-    (8..=15).contains(&digits) && end_ok
+    ((8..=15).contains(&digits) && end_ok).then_some(i)
 }
 
-/// `(ddd) ddd-dddd`, `ddd-ddd-dddd`, `ddd.ddd.dddd` or `ddd ddd dddd`.
-fn grouped_3_3_4_at(b: &[u8], start: usize) -> bool {
+/// `(ddd) ddd-dddd`, `ddd-ddd-dddd`, `ddd.ddd.dddd` or `ddd ddd dddd`. Its end.
+fn grouped_3_3_4_at(b: &[u8], start: usize) -> Option<usize> {
     let run = |at: usize, n: usize| b.get(at..at + n).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
     let ends_at = |at: usize| b.get(at).is_none_or(|c| !c.is_ascii_alphanumeric());
     if b[start] == b'(' {
         if !(run(start + 1, 3) && b.get(start + 4) == Some(&b')')) {
-            return false;
+            return None;
         }
         let exchange = if b.get(start + 5) == Some(&b' ') { start + 6 } else { start + 5 };
-        return run(exchange, 3) && matches!(b.get(exchange + 3), Some(b'-' | b'.' | b' ')) && run(exchange + 4, 4) && ends_at(exchange + 8);
+        let ok = run(exchange, 3) && matches!(b.get(exchange + 3), Some(b'-' | b'.' | b' ')) && run(exchange + 4, 4) && ends_at(exchange + 8);
+        return ok.then_some(exchange + 8);
     }
     let Some(&sep @ (b'-' | b'.' | b' ')) = b.get(start + 3) else {
-        return false;
+        return None;
     };
-    run(start, 3) && run(start + 4, 3) && b.get(start + 7) == Some(&sep) && run(start + 8, 4) && ends_at(start + 12)
+    let ok = run(start, 3) && run(start + 4, 3) && b.get(start + 7) == Some(&sep) && run(start + 8, 4) && ends_at(start + 12);
+    ok.then_some(start + 12)
 }
 
 #[cfg(test)]
@@ -134,6 +165,21 @@ mod tests {
         ] {
             assert_eq!(detect(text), Some(kind), "{text}");
         }
+    }
+
+    #[test]
+    fn masks_what_it_detects_and_keeps_the_rest() {
+        assert_eq!(
+            mask(b"{\"user\": \"jane.doe@example.com\", \"tel\": \"+1 415 555 0100\", bad json").as_deref(),
+            Some(&b"{\"user\": \"[email]\", \"tel\": \"[phone]\", bad json"[..])
+        );
+        assert_eq!(mask(b"call (555) 123-4567 or 555.123.4567.").as_deref(), Some(&b"call [phone] or [phone]."[..]));
+        assert_eq!(mask(b"req-20250614-000123 2024-06-01 v1.2.3"), None, "nothing to mask");
+        assert_eq!(
+            mask(&[0xff, b' ', b'a', b'@', b'b', b'.', b'i', b'o', 0xfe]).as_deref(),
+            Some(&[0xff, b' ', b'[', b'e', b'm', b'a', b'i', b'l', b']', 0xfe][..]),
+            "not UTF-8"
+        );
     }
 
     #[test]

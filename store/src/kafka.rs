@@ -21,6 +21,21 @@ pub enum Assignment {
     Static,
 }
 
+/// What the DLQ keeps of a rejected message's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DlqPayload {
+    /// No plaintext personal data: a JSON object has its `user_id` replaced
+    /// by its keyed hash (the stored form), string values the PII detector
+    /// flags masked and prompt or completion fields removed; other bytes
+    /// have e-mail addresses and phone numbers masked. Headers carry the
+    /// original's size and SHA-256.
+    Redacted,
+    /// The original bytes, as received (the DLQ then holds plaintext
+    /// personal data, and the retention audit says so).
+    Original,
+}
+
 /// The `[kafka]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -49,6 +64,11 @@ pub struct KafkaConfig {
     pub partitions: Vec<i32>,
     /// Dead-letter topic for rejected messages. Default: "inference-events-dlq".
     pub dlq_topic: String,
+    /// What the DLQ keeps of a rejected message: "redacted" (no plaintext
+    /// user id, e-mail address, phone number or prompt text; the original's
+    /// size and SHA-256 in headers) or "original" (the bytes as received:
+    /// plaintext personal data in the DLQ, which the audit reports). Default: "redacted".
+    pub dlq_payload: DlqPayload,
     /// How long the group waits for a silent member before reassigning its partitions. Default: "10s".
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
@@ -218,6 +238,7 @@ impl Default for KafkaConfig {
             assignor: "cooperative-sticky".into(),
             partitions: Vec::new(),
             dlq_topic: "inference-events-dlq".into(),
+            dlq_payload: DlqPayload::Redacted,
             session_timeout: Duration::from_secs(10),
             fetch_max_wait: Duration::from_millis(20),
             prefetch_max_kbytes: 8 * 1024,

@@ -144,6 +144,21 @@ pub fn read_topic(topic: &str) -> Vec<serde_json::Value> {
     kafkatool(&["read", "--topic", topic, "--idle", "4"]).lines().map(|l| serde_json::from_str(l).expect("kafkatool prints JSON lines")).collect()
 }
 
+/// Every message of a topic with its whole payload as text (`value`).
+pub fn read_topic_values(topic: &str) -> Vec<serde_json::Value> {
+    kafkatool(&["read", "--topic", topic, "--idle", "4", "--value-bytes", "100000000"])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("kafkatool prints JSON lines"))
+        .collect()
+}
+
+/// The SHA-256 of the message a DLQ message was made from: its
+/// `inferlog.original.sha256` header when the DLQ holds a redacted or cut
+/// payload, else the payload's own.
+pub fn original_sha256(m: &serde_json::Value) -> &str {
+    m["headers"]["inferlog.original.sha256"].as_str().or_else(|| m["sha256"].as_str()).expect("sha256")
+}
+
 /// The source `partition/offset` of each DLQ message read by [`read_topic`]
 /// (a reject sent twice, after a crash, counts once).
 pub fn dlq_sources(messages: &[serde_json::Value]) -> HashSet<String> {

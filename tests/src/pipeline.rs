@@ -152,7 +152,7 @@ impl Pipeline {
         let reasons = expected_reasons(events);
         let mut seen_reasons = HashSet::new();
         for m in &dlq_messages {
-            let sha = m["sha256"].as_str().expect("sha256");
+            let sha = crate::original_sha256(m);
             let expected = reasons.get(sha).unwrap_or_else(|| panic!("a DLQ message that was not produced as invalid: {m}"));
             assert_eq!(m["headers"]["inferlog.reason"].as_str(), Some(expected.as_str()), "reason of {m}");
             assert!(!m["headers"]["inferlog.message"].as_str().unwrap_or("").is_empty(), "a DLQ message says why: {m}");
@@ -167,8 +167,27 @@ impl Pipeline {
         assert_eq!(hot_rows + cold_rows + sources.len() as u64, events.len() as u64, "produced = hot + cold + DLQ");
 
         // No plaintext user id or PII in any tier: hot rows, the rejects log,
-        // the archive, the aggregates. (The DLQ keeps the original bytes by
-        // design, for at most the hot policy.)
+        // No plaintext user id or PII in the DLQ (`dlq_payload = "redacted"`,
+        // the default): payloads, keys and headers of every message, against
+        // the user ids of the input and the PII values the generator plants.
+        let user_ids: HashSet<String> = events
+            .iter()
+            .filter_map(|e| serde_json::from_slice::<serde_json::Value>(&e.line).ok())
+            .filter_map(|v| v.get("user_id").and_then(|u| u.as_str()).map(str::to_owned))
+            .collect();
+        let mut leaks = Vec::new();
+        let full = crate::read_topic_values(&self.dlq);
+        for m in &full {
+            let text = format!("{} {} {}", m["value"], m["key"], m["headers"]);
+            let tokens = text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'));
+            leaks.extend(tokens.filter(|t| user_ids.contains(*t)).map(|t| format!("user id {t} at {}", m["offset"])));
+            leaks.extend(["jane.doe@example.com", "415 555 0100"].iter().filter(|p| text.contains(**p)).map(|p| format!("{p} at {}", m["offset"])));
+        }
+        let redacted = full.iter().filter(|m| m["headers"]["inferlog.payload"] == "redacted").count();
+        assert!(leaks.is_empty(), "plaintext personal data in the DLQ: {:?}", &leaks[..leaks.len().min(10)]);
+        assert!(rejected < 100 || redacted * 2 > rejected, "most rejects carried a user id and were redacted: {redacted} of {rejected}");
+
+        // the archive, the aggregates.
         let text = "concat(request_id, '|', business_line, '|', model_name, '|', model_version, '|', ifNull(tenant, ''), '|', \
                     ifNull(session_id, ''), '|', ifNull(request_type, ''), '|', ifNull(error_stage, ''), '|', ifNull(user_id_hash, ''))";
         assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {} WHERE match({text}, '{PLAINTEXT}')", s.qualified_table())), 0, "hot tier");

@@ -149,7 +149,7 @@ fn a_different_event_under_a_stored_request_id_goes_to_the_dlq_as_a_conflict() {
     assert_eq!(dlq.len(), conflicts.len(), "one DLQ message per conflicting event: {dlq:?}");
     for m in &dlq {
         assert_eq!(m["headers"]["inferlog.reason"].as_str(), Some("request_id.conflict"), "{m}");
-        assert!(conflicts.contains(&m["sha256"].as_str().expect("sha").to_owned()), "the changed event, not the retry: {m}");
+        assert!(conflicts.contains(&inferlog_tests::original_sha256(m).to_owned()), "the changed event, not the retry: {m}");
     }
     let log = s.log("ingest.log");
     assert!(log.contains(&format!("duplicates={}", conflicts.len())), "the identical retries are counted duplicates: {log}");
