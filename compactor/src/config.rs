@@ -110,7 +110,7 @@ mod tests {
         std::fs::write(&path, "[schema]\nmax_event_age = \"30d\"\n[retention]\nhot_days = 7\n").expect("write");
         let err = Config::load(&path).expect_err("late events would outlive the hot tier");
         assert!(err.to_string().contains("max_event_age"), "{err}");
-        std::fs::write(&path, "[retention]\nhot_days = \"forever\"\n[cold]\nurl = \"s3://b/p/\"\n[ingest]\nx = 1\n").expect("write");
+        std::fs::write(&path, "[retention]\nhot_days = \"forever\"\ncold_days = \"forever\"\naggregate_days = \"forever\"\n[cold]\nurl = \"s3://b/p/\"\n[ingest]\nx = 1\n").expect("write");
         let config = Config::load(&path).expect("other commands' tables are ignored");
         assert_eq!(config.retention.hot_days, inferlog_store::Policy::Forever);
     }

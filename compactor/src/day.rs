@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_schema::ErrorClass;
-use inferlog_store::catalog::{Catalog, DayRecord, DayState};
+use inferlog_store::catalog::{AuditEntry, Catalog, DayRecord, DayState};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::cost::PriceTable;
 use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
@@ -30,7 +30,8 @@ use crate::metrics::{self, Metrics};
 use crate::publish;
 use crate::verify::verify_day;
 
-/// Test hook ([`inferlog_store::test_hooks`]): `<state>` or `dropped`.
+/// Test hook ([`inferlog_store::test_hooks`]): `<state>`, `superseded` (after
+/// the first superseded object's audit row, before its deletion) or `dropped`.
 pub const PAUSE_ENV: &str = "INFERLOG_COMPACTOR_PAUSE_AFTER";
 
 /// What happened to a day in one pass.
@@ -187,13 +188,11 @@ impl DayWork {
             metrics::day_verified(&self.metrics, fp.rows);
             metrics::day_state(&self.metrics, &name, DayState::Verified, fp.rows);
             pause_point(DayState::Verified.as_str()).await;
-            // Objects of an earlier, larger split of this day are not in the manifest: remove them.
-            let keep: std::collections::HashSet<&str> = entries.iter().map(|e| e.object_key.as_str()).collect();
-            for stale in self.cold.list_day(day).await?.into_iter().filter(|o| !keep.contains(o.key.as_str())) {
-                tracing::info!(key = %stale.key, "deleting an object of an earlier archive of this day");
-                self.cold.delete(&stale.key).await?;
-            }
             state = Some(DayState::Verified);
+        }
+        if state == Some(DayState::Verified) {
+            // After verifying, and on a resume at `verified` (a kill before this finished).
+            self.remove_superseded(day).await?;
         }
 
         let verified = self.catalog.day(day).await?.map_or((0, 0), |r| (r.objects, r.bytes));
@@ -230,6 +229,35 @@ impl DayWork {
             return self.release(day).await;
         }
         Ok(DayOutcome::Complete)
+    }
+
+    /// Deletes the day's objects that its verified manifest does not list
+    /// (an earlier, larger split of the day), each audited before it goes:
+    /// a kill between the two leaves the object and an audit row saying it
+    /// was deleted, which the audit reports until the next pass, resuming
+    /// at `verified`, deletes it; the other order could leave a deletion
+    /// no row records.
+    async fn remove_superseded(&self, day: Day) -> Result<(), CompactorError> {
+        let manifest = self.catalog.manifest(Some(day)).await?;
+        let keep: std::collections::HashSet<&str> = manifest.iter().map(|e| e.object_key.as_str()).collect();
+        for stale in self.cold.list_day(day).await?.into_iter().filter(|o| !keep.contains(o.key.as_str())) {
+            tracing::info!(key = %stale.key, "deleting an object of an earlier archive of this day");
+            let entry = AuditEntry {
+                tier: "cold",
+                unit: stale.key.clone(),
+                action: "delete_superseded",
+                rows: None,
+                bytes: Some(stale.bytes),
+                policy: "superseded".into(),
+                dry_run: false,
+                actor: "compactor",
+                detail: Some(format!("not in the verified manifest of {} ({} objects)", inferlog_store::day_string(day), manifest.len())),
+            };
+            self.catalog.audit(&entry).await?;
+            pause_point("superseded").await;
+            self.cold.delete(&stale.key).await?;
+        }
+        Ok(())
     }
 
     /// Rebuilds what was written from the objects themselves (after a

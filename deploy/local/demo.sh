@@ -31,7 +31,7 @@ step "generating 14 days of traffic: $produced events, 2% invalid on purpose"
 
 step "producing to Kafka topic $run-events (the independent client: confluent-kafka)"
 python3 deploy/local/kafkatool.py create-topics --partitions 8 "$run-events"
-python3 deploy/local/kafkatool.py create-topics --partitions 8 --config retention.ms=604800000 "$run-dlq"
+python3 deploy/local/kafkatool.py create-topics --partitions 8 --config retention.ms=518400000 --config segment.ms=86400000 "$run-dlq"
 python3 deploy/local/kafkatool.py produce --topic "$run-events" "$work/events.jsonl"
 
 # A two-week backfill: ingest and the compactor accept events up to 15 days

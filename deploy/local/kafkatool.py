@@ -13,6 +13,7 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py commit --topic T --group G --offset O
                                                  commits O for partition 0 of T in group G
   kafkatool.py alter-config --topic T K=V...     sets topic configs
+  kafkatool.py describe-config --topic T         prints the configs set on the topic itself (JSON)
   kafkatool.py committed --topic T --group G    prints {partition: committed offset} (-1001: none)
   kafkatool.py watermarks --topic T              prints {partition: [log start, end]}
   kafkatool.py scram-user --user U --password-file F
@@ -21,6 +22,8 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py delete-topics TOPIC...            deletes topics
   kafkatool.py produce --topic T --key-bytes N FILE
                                                  keys every message with N bytes instead of its request_id
+  kafkatool.py produce --topic T --timestamp-ms MS FILE
+                                                 gives every message the create time MS (epoch ms)
 """
 import argparse
 import hashlib
@@ -101,7 +104,10 @@ def produce(args):
                 key = m.group(1) if m else None
             while True:
                 try:
-                    producer.produce(args.topic, line, key=key, on_delivery=on_delivery)
+                    if args.timestamp_ms:
+                        producer.produce(args.topic, line, key=key, on_delivery=on_delivery, timestamp=args.timestamp_ms)
+                    else:
+                        producer.produce(args.topic, line, key=key, on_delivery=on_delivery)
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -221,6 +227,15 @@ def alter_config(args):
         future.result()
 
 
+def describe_config(args):
+    """The configs set on the topic itself (not broker defaults), as JSON."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+    admin = AdminClient({"bootstrap.servers": brokers(args)})
+    for future in admin.describe_configs([ConfigResource(ResourceType.TOPIC, args.topic)]).values():
+        entries = future.result()
+        print(json.dumps({k: e.value for k, e in sorted(entries.items()) if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}))
+
+
 def committed(args):
     """The group's committed offset of every partition of the topic (-1001: none)."""
     consumer = Consumer({"bootstrap.servers": brokers(args), "group.id": args.group, "enable.auto.commit": False})
@@ -297,6 +312,7 @@ def main():
     c = sub.add_parser("produce")
     c.add_argument("--topic", required=True)
     c.add_argument("--key-bytes", type=int, default=0)
+    c.add_argument("--timestamp-ms", type=int, default=0)
     c.add_argument("file")
     c.set_defaults(func=produce)
     for name, func in (("read", read), ("count", count)):
@@ -320,6 +336,9 @@ def main():
     c.add_argument("--topic", required=True)
     c.add_argument("config", nargs="+", help="K=V")
     c.set_defaults(func=alter_config)
+    c = sub.add_parser("describe-config")
+    c.add_argument("--topic", required=True)
+    c.set_defaults(func=describe_config)
     c = sub.add_parser("scram-user")
     c.add_argument("--user", required=True)
     c.add_argument("--password-file", required=True)

@@ -366,8 +366,10 @@ hash_key() {
 
 create_topics() {
   python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" inference-events
-  # The DLQ holds rejected raw events: no longer than the hot tier's 7 days (retention audits it).
-  python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" --config retention.ms=604800000 inference-events-dlq
+  # The DLQ holds rejected events no longer than the hot tier's 7 days: Kafka
+  # deletes a closed segment once its newest message is past retention.ms,
+  # so a message lives up to retention.ms + segment.ms (retention audits both).
+  python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" --config retention.ms=518400000 --config segment.ms=86400000 inference-events-dlq
 }
 
 status() {

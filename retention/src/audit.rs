@@ -8,8 +8,11 @@
 //! | `hot.unarchived` | a hot partition past retention has no verified archive (it cannot be dropped) |
 //! | `manifest.object_missing` | a manifest row's object is not in the cold store |
 //! | `object.unlisted` | a cold object has no manifest row |
-//! | `dlq.retention_exceeds` | the DLQ topic keeps messages longer than the hot policy |
-//! | `dlq.retention_unknown` | the broker does not report the DLQ topic's retention |
+//! | `cold.unknown_object` | a cold object's key names no day (`dt=YYYY-MM-DD/`): no policy can expire it |
+//! | `dlq.retention_exceeds` | the DLQ topic's settings let a message outlive the hot policy (`retention.ms + segment.ms`, or `cleanup.policy=compact`) |
+//! | `dlq.retention_unknown` | the broker does not report the DLQ topic's settings |
+//! | `dlq.oldest_exceeds` | a DLQ partition's oldest message is older than the hot policy keeps |
+//! | `dlq.oldest_unknown` | the DLQ partitions' oldest messages could not be read |
 //! | `deleted.still_present` | the audit table records a deletion whose data is still there |
 
 use std::collections::{BTreeSet, HashSet};
@@ -18,16 +21,19 @@ use inferlog_store::catalog::DayState;
 use inferlog_store::{day_string, Day, Policy, RetentionConfig};
 use serde::Serialize;
 
-use crate::inventory::{DlqRetention, Inventory};
+use crate::inventory::Inventory;
 
 /// Every cause the audit reports, in the order of the table above.
-pub const CAUSES: [&str; 7] = [
+pub const CAUSES: [&str; 10] = [
     "expired.present",
     "hot.unarchived",
     "manifest.object_missing",
     "object.unlisted",
+    "cold.unknown_object",
     "dlq.retention_exceeds",
     "dlq.retention_unknown",
+    "dlq.oldest_exceeds",
+    "dlq.oldest_unknown",
     "deleted.still_present",
 ];
 
@@ -52,8 +58,17 @@ pub struct Violation {
 pub struct DlqReport {
     pub topic: String,
     pub retention_ms: Option<i64>,
+    pub segment_ms: Option<i64>,
+    pub cleanup_policy: Option<String>,
+    /// The longest a message can live under the settings, in ms (`None`: for ever, or unknown).
+    pub longest_ms: Option<i64>,
+    /// The oldest message held, over every partition (RFC 3339).
+    pub oldest: Option<String>,
     pub policy: String,
     pub note: Option<String>,
+    /// What the DLQ holds of a rejected message: "redacted" (no plaintext
+    /// personal data) or "original (plaintext personal data)".
+    pub payload: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -77,7 +92,7 @@ fn tier_report(tier: &'static str, policy: Policy, days: &[Day], today: Day) -> 
 }
 
 /// Audits `inventory` against `policies` on `today`.
-pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str, today: Day) -> AuditReport {
+pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> AuditReport {
     let mut violations = Vec::new();
     let mut v = |tier: &'static str, unit: String, cause: &'static str, detail: String| violations.push(Violation { tier, unit, cause, detail });
 
@@ -102,6 +117,17 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str,
         }
     }
 
+    // The rejects log: one unit per day partition, under the hot policy.
+    let reject_days: Vec<Day> = inventory.rejects.iter().map(|p| p.day).collect();
+    for p in inventory.rejects.iter().filter(|p| policies.hot_days.expired(p.day, today)) {
+        v(
+            "rejects",
+            day_string(p.day),
+            "expired.present",
+            format!("{} rejected messages logged past the {} policy; enforce drops them", p.rows, policies.hot_days),
+        );
+    }
+
     // Aggregates: one unit per day.
     let aggregate_days: Vec<Day> = inventory.aggregate_days.keys().copied().collect();
     for (day, rows) in inventory.aggregate_days.iter().filter(|(d, _)| policies.aggregate_days.expired(**d, today)) {
@@ -118,7 +144,14 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str,
         if o.day.is_some_and(|d| policies.cold_days.expired(d, today)) {
             v("cold", o.key.clone(), "expired.present", format!("{} bytes past the {} policy", o.bytes, policies.cold_days));
         }
-        if !manifested.contains(o.key.as_str()) && !in_progress(o.day) {
+        if o.day.is_none() {
+            v(
+                "cold",
+                o.key.clone(),
+                "cold.unknown_object",
+                format!("{} bytes under the cold prefix with no day in its key (dt=YYYY-MM-DD/): no policy expires it", o.bytes),
+            );
+        } else if !manifested.contains(o.key.as_str()) && !in_progress(o.day) {
             v("cold", o.key.clone(), "object.unlisted", format!("{} bytes with no manifest row", o.bytes));
         }
     }
@@ -131,39 +164,103 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str,
         );
     }
 
-    // The DLQ holds rejected raw events: no longer than the hot tier holds accepted ones.
-    let policy_ms = match policies.hot_days {
+    // The DLQ holds rejected raw events: no longer than the hot tier holds
+    // accepted ones. Its settings must make that so, and its oldest message
+    // shows that it is.
+    let dlq = &inventory.dlq;
+    let limit_ms = match policies.hot_days {
         Policy::Days(n) => Some(i64::from(n) * 86_400_000),
         Policy::Forever => None,
     };
-    let dlq = match &inventory.dlq {
-        DlqRetention::Millis(ms) => {
-            if let Some(limit) = policy_ms {
-                if *ms < 0 || *ms > limit {
-                    v("dlq", dlq_topic.to_owned(), "dlq.retention_exceeds", format!("retention.ms = {ms} exceeds the hot policy ({limit} ms)"));
+    let mut report = DlqReport {
+        topic: dlq.topic.clone(),
+        retention_ms: None,
+        segment_ms: None,
+        cleanup_policy: None,
+        longest_ms: None,
+        oldest: None,
+        policy: policies.hot_days.to_string(),
+        note: None,
+        payload: match dlq.payload {
+            inferlog_store::kafka::DlqPayload::Redacted => "redacted",
+            inferlog_store::kafka::DlqPayload::Original => "original (plaintext personal data)",
+        },
+    };
+    match &dlq.settings {
+        Ok(settings) => {
+            report.retention_ms = Some(settings.retention_ms);
+            report.segment_ms = Some(settings.segment_ms);
+            report.cleanup_policy = Some(settings.cleanup_policy.clone());
+            report.longest_ms = settings.longest_ms();
+            if let Some(limit) = limit_ms.filter(|l| !settings.fit(*l)) {
+                let to = crate::dlq::target(settings, limit);
+                let lives = settings.longest_ms().map_or_else(|| "for ever".to_owned(), |ms| format!("{ms} ms"));
+                v(
+                    "dlq",
+                    dlq.topic.clone(),
+                    "dlq.retention_exceeds",
+                    format!(
+                        "{}: a message can live {lives}, the hot policy {limit} ms; set {} (enforce does where the credentials allow AlterConfigs)",
+                        settings.describe(),
+                        to.describe()
+                    ),
+                );
+            }
+        }
+        Err(why) => {
+            v("dlq", dlq.topic.clone(), "dlq.retention_unknown", why.clone());
+            report.note = Some(why.clone());
+        }
+    }
+    match &dlq.oldest {
+        Ok(partitions) => {
+            let oldest = partitions.values().flatten().min().copied();
+            report.oldest = oldest.map(inferlog_schema::timestamp::format_rfc3339_ms);
+            let first_kept_ms = policies.hot_days.newest_expired(today).map(|d| (i64::from(d) + 1) * 86_400_000);
+            for (partition, ms) in partitions {
+                if let (Some(ms), Some(first_kept)) = (ms, first_kept_ms) {
+                    if *ms < first_kept {
+                        v(
+                            "dlq",
+                            format!("{}/{partition}", dlq.topic),
+                            "dlq.oldest_exceeds",
+                            format!(
+                                "its oldest message is of {}, before {}, the oldest day the {} policy keeps",
+                                inferlog_schema::timestamp::format_rfc3339_ms(*ms),
+                                day_string((first_kept / 86_400_000) as Day),
+                                policies.hot_days
+                            ),
+                        );
+                    }
                 }
             }
-            DlqReport { topic: dlq_topic.to_owned(), retention_ms: Some(*ms), policy: policies.hot_days.to_string(), note: None }
         }
-        DlqRetention::Unknown(why) => {
-            v("dlq", dlq_topic.to_owned(), "dlq.retention_unknown", why.clone());
-            DlqReport { topic: dlq_topic.to_owned(), retention_ms: None, policy: policies.hot_days.to_string(), note: Some(why.clone()) }
+        Err(why) => {
+            v("dlq", dlq.topic.clone(), "dlq.oldest_unknown", why.clone());
+            report.note.get_or_insert_with(|| why.clone());
         }
-    };
+    }
+    let dlq = report;
 
     // Deletions the audit table records must have happened.
     let hot_present: BTreeSet<String> = inventory.hot.iter().map(|p| day_string(p.day)).collect();
+    let rejects_present: BTreeSet<String> = inventory.rejects.iter().map(|p| day_string(p.day)).collect();
     let aggregates_present: BTreeSet<String> = inventory.aggregate_days.keys().map(|d| day_string(*d)).collect();
     for d in &inventory.deletions {
         let present = match d.tier.as_str() {
             "hot" => hot_present.contains(&d.unit),
+            "rejects" => rejects_present.contains(&d.unit),
             "aggregates" => aggregates_present.contains(&d.unit),
+            // A superseded object's key may be written again by a later
+            // archive of its day: then the manifest lists it, and it is new.
+            "cold" if d.action == "delete_superseded" => listed.contains(d.unit.as_str()) && !manifested.contains(d.unit.as_str()),
             "cold" => listed.contains(d.unit.as_str()),
             _ => false,
         };
         if present {
             let tier = match d.tier.as_str() {
                 "hot" => "hot",
+                "rejects" => "rejects",
                 "aggregates" => "aggregates",
                 _ => "cold",
             };
@@ -175,6 +272,7 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, dlq_topic: &str,
         today: day_string(today),
         tiers: vec![
             tier_report("hot", policies.hot_days, &hot_days, today),
+            tier_report("rejects", policies.hot_days, &reject_days, today),
             tier_report("aggregates", policies.aggregate_days, &aggregate_days, today),
             tier_report("cold", policies.cold_days, &cold_days, today),
         ],
@@ -190,12 +288,17 @@ pub fn render_text(r: &AuditReport) -> String {
     for t in &r.tiers {
         out += &format!("{:<11} {:<8} {:<11} {:>6} {:>8}\n", t.tier, t.policy, t.oldest.as_deref().unwrap_or("-"), t.units, t.expired_units);
     }
+    let unknown = || "unknown".to_owned();
     out += &format!(
-        "dlq         {:<8} topic {} retention.ms {}\n",
+        "dlq         {:<8} {:<11} topic {} cleanup.policy {} retention.ms {} segment.ms {}\n",
         r.dlq.policy,
+        r.dlq.oldest.as_deref().map_or("-", |o| o.get(..10).unwrap_or(o)),
         r.dlq.topic,
-        r.dlq.retention_ms.map_or_else(|| "unknown".to_owned(), |m| m.to_string())
+        r.dlq.cleanup_policy.clone().unwrap_or_else(unknown),
+        r.dlq.retention_ms.map_or_else(unknown, |m| m.to_string()),
+        r.dlq.segment_ms.map_or_else(unknown, |m| m.to_string()),
     );
+    out += &format!("dlq payload: {}\n", r.dlq.payload);
     out += &format!("store expiry: {}\n", r.store_expiry);
     if r.violations.is_empty() {
         out += "clean: no violations\n";

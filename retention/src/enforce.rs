@@ -6,13 +6,23 @@
 //!
 //! - hot: through the shared release path (verified archive and aggregates
 //!   first, else refused), `releasing` recorded before the drop;
+//! - rejects log: under the hot policy, nothing to archive (the rejected
+//!   messages' bytes are in the DLQ, whose retention is the same); the
+//!   audit row is written before the drop, so a kill in between leaves a
+//!   partition the audit reports (`deleted.still_present`) and the next
+//!   run drops, never a drop no row records;
 //! - aggregates: the day's rows and the audit row in one transaction;
 //! - cold: the object, then its manifest row and the audit row in one
-//!   transaction; a manifest row whose object is already gone is finished.
+//!   transaction; a manifest row whose object is already gone is finished;
+//! - the DLQ topic: settings that let a message outlive the hot policy are
+//!   replaced by ones that fit ([`crate::dlq::target`]) with AlterConfigs,
+//!   audited once the broker accepted them; credentials without that right
+//!   make it a refusal that says what to set.
 
 use inferlog_store::catalog::{date_of, AuditEntry};
+use inferlog_store::kafka::KafkaConfig;
 use inferlog_store::release::{release_day, Release, ReleaseBy};
-use inferlog_store::{day_string, Day, RetentionConfig, StoreError};
+use inferlog_store::{day_string, Day, Policy, RetentionConfig, StoreError};
 use serde::Serialize;
 
 use crate::error::RetentionError;
@@ -20,7 +30,7 @@ use crate::inventory::{Inventory, Stores};
 
 /// Test hook ([`inferlog_store::test_hooks`]): `hot|aggregates|cold` stops
 /// after the first deletion in that tier, before its bookkeeping where
-/// there is any.
+/// there is any; `rejects` after the first audit row, before its drop.
 pub const PAUSE_ENV: &str = "INFERLOG_RETENTION_PAUSE_AFTER";
 
 async fn pause_point(tier: &str) {
@@ -36,6 +46,10 @@ pub enum Outcome {
     Refused(String),
     /// Another replica holds the day's lock; the next run takes it.
     Busy,
+    /// Settings changed to these (the DLQ topic's).
+    Set(String),
+    /// Settings a dry run would set.
+    WouldSet(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -60,6 +74,8 @@ impl Action {
             Outcome::WouldDelete => format!("would delete {} {} {}{size}", self.tier, self.unit, self.action),
             Outcome::Refused(why) => format!("refused {} {}: {why}", self.tier, self.unit),
             Outcome::Busy => format!("busy {} {}: another replica holds the day", self.tier, self.unit),
+            Outcome::Set(to) => format!("set {} {} {to}", self.tier, self.unit),
+            Outcome::WouldSet(to) => format!("would set {} {} {to}", self.tier, self.unit),
         }
     }
 }
@@ -69,12 +85,18 @@ pub async fn enforce(
     stores: &Stores,
     inventory: &Inventory,
     policies: &RetentionConfig,
+    kafka: &KafkaConfig,
     today: Day,
     dry_run: bool,
 ) -> Result<Vec<Action>, RetentionError> {
     let mut actions = Vec::new();
     let catalog = &stores.catalog;
     let tier_err = RetentionError::tier;
+
+    // The DLQ topic's settings, first: they decide every later deletion there.
+    if let Some(action) = fit_dlq(stores, inventory, policies, kafka, dry_run).await? {
+        actions.push(action);
+    }
 
     // Hot: expired day partitions, only with a verified archive; and days
     // whose drop happened but whose bookkeeping did not (a kill in between).
@@ -99,6 +121,28 @@ pub async fn enforce(
             Release::Refused(why) => (Some(p.rows), Outcome::Refused(why.to_string())),
         };
         actions.push(Action { tier: "hot", unit, action: "drop_partition", rows: outcome.0, bytes: None, outcome: outcome.1 });
+    }
+
+    // Rejects log: expired days, audited first.
+    for p in inventory.rejects.iter().filter(|p| policies.hot_days.expired(p.day, today)) {
+        let entry = AuditEntry {
+            tier: "rejects",
+            unit: day_string(p.day),
+            action: "drop_partition",
+            rows: Some(p.rows),
+            bytes: Some(p.bytes),
+            policy: policies.hot_days.to_string(),
+            dry_run,
+            actor: "retention",
+            detail: Some(format!("{}.{}", stores.hot.database, stores.hot.rejects_table)),
+        };
+        catalog.audit(&entry).await.map_err(tier_err("aggregates"))?;
+        if !dry_run {
+            pause_point("rejects").await;
+            stores.hot.drop_rejects_day(p.day).await.map_err(tier_err("rejects"))?;
+        }
+        let outcome = if dry_run { Outcome::WouldDelete } else { Outcome::Deleted };
+        actions.push(Action { tier: "rejects", unit: day_string(p.day), action: "drop_partition", rows: Some(p.rows), bytes: None, outcome });
     }
 
     // Aggregates: expired days' rows.
@@ -142,6 +186,41 @@ pub async fn enforce(
         actions.push(Action { tier: "cold", unit: key, action: "delete_object", rows: None, bytes: Some(bytes), outcome });
     }
     Ok(actions)
+}
+
+/// Brings the DLQ topic's settings within the hot policy, if they are known and do not fit.
+async fn fit_dlq(
+    stores: &Stores,
+    inventory: &Inventory,
+    policies: &RetentionConfig,
+    kafka: &KafkaConfig,
+    dry_run: bool,
+) -> Result<Option<Action>, RetentionError> {
+    let (Policy::Days(days), Ok(settings)) = (policies.hot_days, &inventory.dlq.settings) else { return Ok(None) };
+    let limit_ms = i64::from(days) * 86_400_000;
+    if settings.fit(limit_ms) {
+        return Ok(None);
+    }
+    let to = crate::dlq::target(settings, limit_ms);
+    let action = |outcome| Action { tier: "dlq", unit: kafka.dlq_topic.clone(), action: "alter_configs", rows: None, bytes: None, outcome };
+    if !dry_run {
+        if let Err(why) = crate::dlq::alter(kafka, &to).await {
+            return Ok(Some(action(Outcome::Refused(format!("{why}; set {} on the topic", to.describe())))));
+        }
+    }
+    let entry = AuditEntry {
+        tier: "dlq",
+        unit: kafka.dlq_topic.clone(),
+        action: "alter_configs",
+        rows: None,
+        bytes: None,
+        policy: policies.hot_days.to_string(),
+        dry_run,
+        actor: "retention",
+        detail: Some(format!("{} -> {}", settings.describe(), to.describe())),
+    };
+    stores.catalog.audit(&entry).await.map_err(RetentionError::tier("aggregates"))?;
+    Ok(Some(action(if dry_run { Outcome::WouldSet(to.describe()) } else { Outcome::Set(to.describe()) })))
 }
 
 async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig, dry_run: bool) -> Result<u64, StoreError> {

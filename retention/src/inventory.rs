@@ -1,47 +1,42 @@
 //! Inventory. In: the stores of every tier and the catalog. Out: what each
-//! tier holds now (hot partitions, aggregate days, cold objects and their
+//! tier holds now (hot partitions, the rejects log's day partitions,
+//! aggregate days, cold objects and their
 //! manifest rows), the compactor's day records, the deletions the audit
-//! table records, and the DLQ topic's retention as the broker reports it.
+//! table records, and the DLQ topic as the broker holds it ([`crate::dlq`]).
 //! A store that cannot be read is an error naming the tier.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use inferlog_store::catalog::{day_of, Catalog, DayRecord, ManifestEntry};
 use inferlog_store::cold::{ColdObject, ColdStore};
 use inferlog_store::hot::{HotPartition, HotTier};
 use inferlog_store::{Day, StoreError};
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-use rdkafka::client::DefaultClientContext;
 use sqlx::Row;
 
 use crate::config::Config;
+use crate::dlq::DlqTopic;
 use crate::error::RetentionError;
-
-/// The DLQ topic's `retention.ms`, or why it is not known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DlqRetention {
-    Millis(i64),
-    Unknown(String),
-}
 
 /// A non-dry-run deletion recorded in the audit table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deletion {
     pub tier: String,
     pub unit: String,
+    pub action: String,
 }
 
 #[derive(Debug, Clone)]
 pub struct Inventory {
     pub hot: Vec<HotPartition>,
+    /// Day partitions of the rejects log (kept under the hot policy).
+    pub rejects: Vec<HotPartition>,
     pub days: BTreeMap<Day, DayRecord>,
     pub manifest: Vec<ManifestEntry>,
     pub objects: Vec<ColdObject>,
     /// Rows of `daily_aggregates`, `hourly_aggregates` and `daily_errors`, per day.
     pub aggregate_days: BTreeMap<Day, u64>,
     pub deletions: Vec<Deletion>,
-    pub dlq: DlqRetention,
+    pub dlq: DlqTopic,
 }
 
 /// Handles on every store.
@@ -82,7 +77,7 @@ pub async fn aggregate_days(catalog: &Catalog) -> Result<BTreeMap<Day, u64>, Sto
 }
 
 async fn deletions(catalog: &Catalog) -> Result<Vec<Deletion>, StoreError> {
-    let rows = sqlx::query("SELECT DISTINCT tier, unit FROM retention_audit WHERE NOT dry_run ORDER BY tier, unit")
+    let rows = sqlx::query("SELECT DISTINCT tier, unit, action FROM retention_audit WHERE NOT dry_run ORDER BY tier, unit, action")
         .fetch_all(catalog.pool())
         .await
         .map_err(StoreError::postgres("read audit table"))?;
@@ -91,40 +86,16 @@ async fn deletions(catalog: &Catalog) -> Result<Vec<Deletion>, StoreError> {
             Ok(Deletion {
                 tier: r.try_get("tier").map_err(StoreError::postgres("decode audit table"))?,
                 unit: r.try_get("unit").map_err(StoreError::postgres("decode audit table"))?,
+                action: r.try_get("action").map_err(StoreError::postgres("decode audit table"))?,
             })
         })
         .collect()
 }
 
-/// `retention.ms` of the DLQ topic through the Kafka admin API.
-pub async fn dlq_retention(config: &Config) -> DlqRetention {
-    let client_config = match inferlog_store::kafka::client_config(&config.kafka) {
-        Ok(c) => c,
-        Err(e) => return DlqRetention::Unknown(format!("admin client: {e}")),
-    };
-    let client: AdminClient<DefaultClientContext> = match client_config.create() {
-        Ok(c) => c,
-        Err(e) => return DlqRetention::Unknown(format!("admin client: {e}")),
-    };
-    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    let topic = ResourceSpecifier::Topic(&config.kafka.dlq_topic);
-    match tokio::time::timeout(Duration::from_secs(15), client.describe_configs([&topic], &options)).await {
-        Err(_) => DlqRetention::Unknown("the broker did not answer DescribeConfigs within 15s".into()),
-        Ok(Err(e)) => DlqRetention::Unknown(format!("DescribeConfigs: {e}")),
-        Ok(Ok(results)) => match results.into_iter().next() {
-            Some(Ok(resource)) => match resource.entry_map().get("retention.ms").and_then(|e| e.value.clone()) {
-                Some(v) => v.parse().map_or_else(|_| DlqRetention::Unknown(format!("retention.ms = {v:?}")), DlqRetention::Millis),
-                None => DlqRetention::Unknown("the broker does not report retention.ms for the topic".into()),
-            },
-            Some(Err(code)) => DlqRetention::Unknown(format!("DescribeConfigs: {code}")),
-            None => DlqRetention::Unknown("DescribeConfigs returned nothing".into()),
-        },
-    }
-}
-
 impl Inventory {
     pub async fn take(stores: &Stores, config: &Config) -> Result<Inventory, RetentionError> {
         let hot = stores.hot.partitions().await.map_err(RetentionError::tier("hot"))?;
+        let rejects = stores.hot.reject_partitions().await.map_err(RetentionError::tier("rejects"))?;
         let catalog = &stores.catalog;
         let agg = RetentionError::tier("aggregates");
         let days = catalog.days().await.map_err(agg)?.into_iter().map(|r| (r.day, r)).collect();
@@ -132,8 +103,8 @@ impl Inventory {
         let objects = stores.cold.list_all().await.map_err(RetentionError::tier("cold"))?;
         let aggregate_days = aggregate_days(catalog).await.map_err(RetentionError::tier("aggregates"))?;
         let deletions = deletions(catalog).await.map_err(RetentionError::tier("aggregates"))?;
-        let dlq = dlq_retention(config).await;
-        Ok(Inventory { hot, days, manifest, objects, aggregate_days, deletions, dlq })
+        let dlq = crate::dlq::inspect(&config.kafka).await;
+        Ok(Inventory { hot, rejects, days, manifest, objects, aggregate_days, deletions, dlq })
     }
 
     /// Whether the compactor holds a verified archive (and aggregates) of exactly the day's rows.

@@ -1,11 +1,12 @@
 //! `inferlog-retention`: each tier kept inside its policy, provably.
 //!
-//! [`inventory`] (what every tier holds now, and what the audit table says
-//! was deleted) → [`audit`] (the policy, oldest data and every violation,
+//! [`inventory`] (what every tier holds now, the DLQ topic through [`dlq`],
+//! and what the audit table says was deleted) → [`audit`] (the policy, oldest data and every violation,
 //! per tier) or [`enforce`] (delete what expired, each deletion audited).
 
 pub mod audit;
 pub mod config;
+pub mod dlq;
 pub mod enforce;
 pub mod error;
 pub mod inventory;

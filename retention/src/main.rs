@@ -69,7 +69,7 @@ fn today(now: Option<&str>) -> Result<Day, RetentionError> {
 
 async fn enforce_once(stores: &Stores, config: &Config, today: Day, dry_run: bool) -> Result<(i32, Vec<Action>), RetentionError> {
     let inventory = Inventory::take(stores, config).await?;
-    let actions = enforce(stores, &inventory, &config.retention, today, dry_run).await?;
+    let actions = enforce(stores, &inventory, &config.retention, &config.kafka, today, dry_run).await?;
     let mut refused = 0;
     for a in &actions {
         out(&a.render());
@@ -77,7 +77,8 @@ async fn enforce_once(stores: &Stores, config: &Config, today: Day, dry_run: boo
             refused += 1;
         }
     }
-    let done = actions.iter().filter(|a| matches!(a.outcome, Outcome::Deleted | Outcome::WouldDelete)).count();
+    let done =
+        actions.iter().filter(|a| matches!(a.outcome, Outcome::Deleted | Outcome::WouldDelete | Outcome::Set(_) | Outcome::WouldSet(_))).count();
     tracing::info!(deletions = done, refused, dry_run, "enforce finished");
     Ok((if refused > 0 { 1 } else { 0 }, actions))
 }
@@ -88,7 +89,7 @@ async fn daemon_pass(stores: &Stores, config: &Config, metrics: &Metrics, now: O
     let (_, actions) = enforce_once(stores, config, today, dry_run).await?;
     metrics::enforced(metrics, &actions);
     let inventory = Inventory::take(stores, config).await?;
-    let report = audit(&inventory, &config.retention, &config.kafka.dlq_topic, today);
+    let report = audit(&inventory, &config.retention, today);
     let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     metrics::audited(metrics, &report, unix);
     Ok(())
@@ -139,7 +140,7 @@ async fn run(args: Args) -> Result<i32, RetentionError> {
         Command::Audit { format, now } => {
             let today = today(now.as_deref())?;
             let inventory = Inventory::take(&stores, &config).await?;
-            let report = audit(&inventory, &config.retention, &config.kafka.dlq_topic, today);
+            let report = audit(&inventory, &config.retention, today);
             match format {
                 Format::Text => out(render_text(&report).trim_end()),
                 Format::Json => out(&serde_json::to_string_pretty(&report).map_err(|e| RetentionError::Config(e.to_string()))?),

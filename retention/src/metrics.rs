@@ -72,7 +72,7 @@ pub fn enforced(m: &Metrics, actions: &[Action]) {
         match a.outcome {
             Outcome::Deleted => m.deletions.with_label_values(&[a.tier]).inc(),
             Outcome::Refused(_) => m.refusals.with_label_values(&[a.tier]).inc(),
-            Outcome::WouldDelete | Outcome::Busy => {}
+            Outcome::WouldDelete | Outcome::Set(_) | Outcome::WouldSet(_) | Outcome::Busy => {}
         }
     }
 }

@@ -268,7 +268,21 @@ impl RetentionConfig {
     /// Ingest rejects events older than `max_event_age`; if that were longer
     /// than the hot retention, a late event could land in a day already
     /// archived and released, and be lost to the archive.
+    ///
+    /// The archive and the aggregates must outlive the hot rows: a day is
+    /// released from the hot tier only once both hold it, so a shorter
+    /// `cold_days` or `aggregate_days` would delete them while the day is
+    /// still hot, and the day could then never be released.
     pub fn validate(&self, max_event_age: Duration) -> Result<(), StoreError> {
+        for (name, policy) in [("cold_days", self.cold_days), ("aggregate_days", self.aggregate_days)] {
+            if !policy.outlives(self.hot_days) {
+                return Err(StoreError::Config(format!(
+                    "retention.{name} ({policy}) must be at least retention.hot_days ({}): a day still in the hot tier would lose its {} and could never be released",
+                    self.hot_days,
+                    if name == "cold_days" { "archive" } else { "aggregates" }
+                )));
+            }
+        }
         if let Policy::Days(days) = self.hot_days {
             if max_event_age > Duration::from_secs(u64::from(days) * 86_400) {
                 return Err(StoreError::Config(format!(
@@ -293,6 +307,16 @@ mod tests {
         RetentionConfig::default().validate(Duration::from_secs(7 * 86_400)).expect("defaults");
         let late = RetentionConfig::default().validate(Duration::from_secs(8 * 86_400)).expect_err("8d > 7d");
         assert!(late.to_string().contains("max_event_age"), "{late}");
+        let week = Duration::from_secs(7 * 86_400);
+        let short = RetentionConfig { cold_days: Policy::Days(6), ..RetentionConfig::default() }.validate(week).expect_err("6 < 7");
+        assert!(short.to_string().contains("retention.cold_days (6d)") && short.to_string().contains("hot_days (7d)"), "{short}");
+        let short = RetentionConfig { aggregate_days: Policy::Days(3), ..RetentionConfig::default() }.validate(week).expect_err("3 < 7");
+        assert!(short.to_string().contains("retention.aggregate_days (3d)"), "{short}");
+        let forever = RetentionConfig { hot_days: Policy::Forever, ..RetentionConfig::default() }.validate(week).expect_err("365 < forever");
+        assert!(forever.to_string().contains("retention.cold_days"), "{forever}");
+        RetentionConfig { hot_days: Policy::Days(7), cold_days: Policy::Days(7), aggregate_days: Policy::Forever, ..RetentionConfig::default() }
+            .validate(week)
+            .expect("equal and forever outlive 7 days");
         let bad = PostgresConfig { schema: "a;b".into(), ..PostgresConfig::default() }.validate().expect_err("identifier");
         assert!(bad.to_string().contains("postgres.schema"), "{bad}");
         let bad = ColdConfig { url: "ftp://x/".into(), ..ColdConfig::default() }.validate().expect_err("scheme");

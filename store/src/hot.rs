@@ -75,6 +75,8 @@ pub struct HotTier {
     client: Client,
     pub database: String,
     pub table: String,
+    /// The rejects log ([`crate::tables::REJECTS`]): under the hot policy too.
+    pub rejects_table: String,
 }
 
 impl std::fmt::Debug for HotTier {
@@ -91,7 +93,12 @@ pub fn parse_version(v: &str) -> (u32, u32) {
 
 impl HotTier {
     pub fn new(config: &ClickHouseConfig) -> Result<HotTier, StoreError> {
-        Ok(HotTier { client: config.client()?, database: config.database.clone(), table: config.table.clone() })
+        Ok(HotTier {
+            client: config.client()?,
+            database: config.database.clone(),
+            table: config.table.clone(),
+            rejects_table: config.rejects_table.clone(),
+        })
     }
 
     /// The client, for stage-specific queries.
@@ -110,6 +117,21 @@ impl HotTier {
 
     /// Every day partition with rows, oldest first. Empty when the table does not exist yet.
     pub async fn partitions(&self) -> Result<Vec<HotPartition>, StoreError> {
+        self.partitions_of(&self.table).await
+    }
+
+    /// Every day partition of the rejects log with rows, oldest first.
+    pub async fn reject_partitions(&self) -> Result<Vec<HotPartition>, StoreError> {
+        self.partitions_of(&self.rejects_table).await
+    }
+
+    /// Drops one day of the rejects log (nothing to drop succeeds).
+    pub async fn drop_rejects_day(&self, day: Day) -> Result<(), StoreError> {
+        let sql = format!("ALTER TABLE {}.{} DROP PARTITION ?", self.database, self.rejects_table);
+        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("drop rejects partition"))
+    }
+
+    async fn partitions_of(&self, table: &str) -> Result<Vec<HotPartition>, StoreError> {
         // partition_id of a `PARTITION BY day` (Date) table is YYYYMMDD on 18.16 and current releases.
         let rows = self
             .client
@@ -118,7 +140,7 @@ impl HotTier {
                  WHERE database = ? AND table = ? AND active GROUP BY partition_id ORDER BY partition_id",
             )
             .bind(&self.database)
-            .bind(&self.table)
+            .bind(table)
             .fetch_all::<PartitionRow>()
             .await
             .map_err(self.error("partition listing"))?;
@@ -128,7 +150,7 @@ impl HotTier {
             let day = (id.len() == 8)
                 .then(|| crate::parse_day(&format!("{}-{}-{}", &id[..4], &id[4..6], &id[6..])))
                 .flatten()
-                .ok_or_else(|| StoreError::Config(format!("{}: partition id {id:?} is not a day (YYYYMMDD)", self.qualified())))?;
+                .ok_or_else(|| StoreError::Config(format!("{}.{table}: partition id {id:?} is not a day (YYYYMMDD)", self.database)))?;
             if row.rows > 0 {
                 partitions.push(HotPartition { day, rows: row.rows, bytes: row.bytes });
             }

@@ -25,6 +25,15 @@ impl Policy {
         }
     }
 
+    /// Whether this policy keeps every day at least as long as `other` does.
+    pub fn outlives(self, other: Policy) -> bool {
+        match (self, other) {
+            (Policy::Forever, _) => true,
+            (Policy::Days(_), Policy::Forever) => false,
+            (Policy::Days(a), Policy::Days(b)) => a >= b,
+        }
+    }
+
     /// The newest expired day on `today`, if any day can expire.
     pub fn newest_expired(self, today: Day) -> Option<Day> {
         match self {

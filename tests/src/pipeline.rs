@@ -50,8 +50,9 @@ impl Pipeline {
         );
         let p = partitions.to_string();
         kafkatool(&["create-topics", "--partitions", &p, &topic]);
-        // The DLQ keeps messages no longer than the hot policy (3 days), or the audit objects.
-        kafkatool(&["create-topics", "--partitions", &p, "--config", "retention.ms=259200000", &dlq]);
+        // The DLQ keeps messages no longer than the hot policy (3 days: retention.ms
+        // plus segment.ms, the longest a message can live), or the audit objects.
+        kafkatool(&["create-topics", "--partitions", &p, "--config", "retention.ms=172800000", "--config", "segment.ms=86400000", &dlq]);
         let key_file = tiers.dir.path().join("hash.key");
         std::fs::write(&key_file, HASH_KEY).expect("hash key");
         let rejects_table = format!("{id}_rejects");
@@ -166,7 +167,6 @@ impl Pipeline {
         // The reconciliation the contract promises.
         assert_eq!(hot_rows + cold_rows + sources.len() as u64, events.len() as u64, "produced = hot + cold + DLQ");
 
-        // No plaintext user id or PII in any tier: hot rows, the rejects log,
         // No plaintext user id or PII in the DLQ (`dlq_payload = "redacted"`,
         // the default): payloads, keys and headers of every message, against
         // the user ids of the input and the PII values the generator plants.
@@ -187,6 +187,7 @@ impl Pipeline {
         assert!(leaks.is_empty(), "plaintext personal data in the DLQ: {:?}", &leaks[..leaks.len().min(10)]);
         assert!(rejected < 100 || redacted * 2 > rejected, "most rejects carried a user id and were redacted: {redacted} of {rejected}");
 
+        // No plaintext user id or PII in any tier: hot rows, the rejects log,
         // the archive, the aggregates.
         let text = "concat(request_id, '|', business_line, '|', model_name, '|', model_version, '|', ifNull(tenant, ''), '|', \
                     ifNull(session_id, ''), '|', ifNull(request_type, ''), '|', ifNull(error_stage, ''), '|', ifNull(user_id_hash, ''))";

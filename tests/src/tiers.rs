@@ -66,12 +66,13 @@ impl TierScenario {
             dir,
         };
         let toml = format!(
-            "[clickhouse]\nurl = \"{}\"\ndatabase = \"inferlog_test\"\ntable = \"{}\"\n\n\
+            "[clickhouse]\nurl = \"{}\"\ndatabase = \"inferlog_test\"\ntable = \"{}\"\nrejects_table = \"{}_rejects\"\n\n\
              [postgres]\nurl = \"{}\"\nschema = \"{}\"\n\n\
              [cold]\nurl = \"s3://inferlog-cold/{}\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n{cold_extra}\n\
              [compactor]\nmetrics_addr = \"\"\nlateness = \"1h\"\n\n{extra}\n",
             clickhouse_url(),
             s.table,
+            s.id,
             postgres_url(),
             s.schema,
             s.prefix,
@@ -83,6 +84,11 @@ impl TierScenario {
 
     pub fn qualified_table(&self) -> String {
         format!("inferlog_test.{}", self.table)
+    }
+
+    /// This scenario's rejects log, `database.table`.
+    pub fn rejects_table(&self) -> String {
+        format!("inferlog_test.{}_rejects", self.id)
     }
 
     /// Seeds `count` valid events over `days` days, the last one `last_day`, into this scenario's hot table.

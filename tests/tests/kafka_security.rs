@@ -134,7 +134,7 @@ fn an_untrusted_broker_certificate_exits_2_naming_the_cause() {
 fn retention_reads_the_dlq_retention_over_sasl_ssl() {
     let id = inferlog_tests::unique("sasl_ret");
     let dlq = format!("{id}-dlq");
-    inferlog_tests::kafkatool(&["create-topics", "--partitions", "1", "--config", "retention.ms=86400000", &dlq]);
+    inferlog_tests::kafkatool(&["create-topics", "--partitions", "1", "--config", "retention.ms=86400000", "--config", "segment.ms=3600000", &dlq]);
     let s = TierScenario::new(
         "sasl_ret",
         &format!("[kafka]\nbrokers = \"{}\"\ndlq_topic = \"{dlq}\"\n{}\n[retention]\nhot_days = 7\n", sasl_brokers(), security(Some(local_ca()))),

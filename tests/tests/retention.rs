@@ -9,17 +9,23 @@ use std::time::{Duration, Instant};
 use inferlog_tests::tiers::{day_string, today, TierScenario};
 use inferlog_tests::{kafka_brokers, kafkatool};
 
-/// Policies: hot 7 days, aggregates 20, cold 25; a DLQ topic keeping
-/// `dlq_retention_ms` (-1: forever), or no DLQ topic at all (`None`: the
-/// broker cannot report its retention).
+/// Policies: hot 7 days, aggregates 20, cold 25; a DLQ topic of one-day
+/// segments keeping `dlq_retention_ms` (-1: forever), or no DLQ topic at
+/// all (`None`: the broker cannot report its retention).
 fn scenario(name: &str, dlq_retention_ms: Option<i64>) -> TierScenario {
+    scenario_with(name, "", dlq_retention_ms)
+}
+
+/// [`scenario`] with `cold_extra` in the `[cold]` table.
+fn scenario_with(name: &str, cold_extra: &str, dlq_retention_ms: Option<i64>) -> TierScenario {
     let id = inferlog_tests::unique(name);
     let dlq = format!("{id}-dlq");
     if let Some(ms) = dlq_retention_ms {
-        kafkatool(&["create-topics", "--partitions", "1", "--config", &format!("retention.ms={ms}"), &dlq]);
+        kafkatool(&["create-topics", "--partitions", "1", "--config", &format!("retention.ms={ms}"), "--config", "segment.ms=86400000", &dlq]);
     }
-    TierScenario::new(
+    TierScenario::with(
         name,
+        cold_extra,
         &format!(
             "[kafka]\nbrokers = \"{}\"\ndlq_topic = \"{dlq}\"\n\n[retention]\nhot_days = 7\naggregate_days = 20\ncold_days = 25\n",
             kafka_brokers()
@@ -27,7 +33,14 @@ fn scenario(name: &str, dlq_retention_ms: Option<i64>) -> TierScenario {
     )
 }
 
-const SEVEN_DAYS_MS: i64 = 7 * 86_400_000;
+/// With one-day segments, a message lives at most the 7 days of the hot policy.
+const SIX_DAYS_MS: i64 = 6 * 86_400_000;
+
+/// The scenario's DLQ topic, from its config file.
+fn dlq_topic(s: &TierScenario) -> String {
+    let config = std::fs::read_to_string(&s.config).expect("config");
+    config.lines().find_map(|l| l.strip_prefix("dlq_topic = \"").map(|t| t.trim_end_matches('"').to_owned())).expect("dlq_topic")
+}
 
 /// Noon of `today() + offset` as RFC 3339.
 fn at(offset: i32) -> String {
@@ -67,7 +80,7 @@ fn object_key(s: &TierScenario, day: i32) -> String {
 
 #[test]
 fn audit_reports_exactly_the_expired_units_enforce_removes_them_and_audits_each() {
-    let s = scenario("ret_policy", Some(SEVEN_DAYS_MS));
+    let s = scenario("ret_policy", Some(SIX_DAYS_MS));
     thirty_compacted_days(&s, 150);
     let t = today();
     // As of today + 5: hot keeps days >= t-2, aggregates >= t-15, cold >= t-20.
@@ -86,7 +99,7 @@ fn audit_reports_exactly_the_expired_units_enforce_removes_them_and_audits_each(
     let (code, report) = audit_json(&s, &now, "audit1.log");
     assert_eq!(code, 1, "violations exit 1");
     assert_eq!(violations(&report), expected, "exactly the expired units, nothing else");
-    assert_eq!(report["dlq"]["retention_ms"], SEVEN_DAYS_MS, "the broker reports the DLQ retention");
+    assert_eq!(report["dlq"]["retention_ms"], SIX_DAYS_MS, "the broker reports the DLQ retention");
     let hot = &report["tiers"][0];
     assert_eq!(
         (hot["tier"].as_str(), hot["oldest"].as_str(), hot["units"].as_u64(), hot["expired_units"].as_u64()),
@@ -135,7 +148,7 @@ fn audit_reports_exactly_the_expired_units_enforce_removes_them_and_audits_each(
 
 #[test]
 fn an_unarchived_hot_day_is_never_dropped_and_drift_in_the_cold_store_is_reported() {
-    let s = scenario("ret_unarch", Some(SEVEN_DAYS_MS));
+    let s = scenario("ret_unarch", Some(SIX_DAYS_MS));
     let t = today();
     s.seed(2_000, 2, t - 3, 61);
     let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
@@ -175,23 +188,28 @@ fn an_unarchived_hot_day_is_never_dropped_and_drift_in_the_cold_store_is_reporte
 #[test]
 fn a_dlq_kept_longer_than_the_hot_policy_or_of_unknown_retention_is_a_violation() {
     for (name, retention, cause) in [
-        ("ret_dlq_long", Some(30 * 86_400_000i64), "dlq.retention_exceeds"),
-        ("ret_dlq_forever", Some(-1), "dlq.retention_exceeds"),
-        ("ret_dlq_missing", None, "dlq.retention_unknown"),
+        ("ret_dlq_long", Some(30 * 86_400_000i64), vec!["dlq.retention_exceeds"]),
+        ("ret_dlq_forever", Some(-1), vec!["dlq.retention_exceeds"]),
+        // The 6 days of retention.ms and Kafka's default week of segment.ms: up to 13 days.
+        ("ret_dlq_segment", Some(SIX_DAYS_MS), vec!["dlq.retention_exceeds"]),
+        ("ret_dlq_missing", None, vec!["dlq.oldest_unknown", "dlq.retention_unknown"]),
     ] {
         let s = scenario(name, retention);
+        if name == "ret_dlq_segment" {
+            kafkatool(&["alter-config", "--topic", &dlq_topic(&s), "segment.ms=604800000"]);
+        }
         let (code, report) = audit_json(&s, &at(0), "audit.log");
         assert_eq!(code, 1, "{report}");
-        assert_eq!(violations(&report).into_iter().map(|v| v.2).collect::<Vec<_>>(), vec![cause.to_owned()], "{report}");
+        assert_eq!(violations(&report).into_iter().map(|v| v.2).collect::<Vec<_>>(), cause, "{report}");
         let (code, text) = s.run("inferlog-retention", &["audit"], "audit-text.log");
         assert_eq!(code, 1);
-        assert!(text.contains(cause) && text.contains("violations"), "{text}");
+        assert!(text.contains(cause[0]) && text.contains("violations"), "{text}");
     }
 }
 
 #[test]
 fn a_tier_that_cannot_be_reached_exits_75() {
-    let s = scenario("ret_down", Some(SEVEN_DAYS_MS));
+    let s = scenario("ret_down", Some(SIX_DAYS_MS));
     let config = std::fs::read_to_string(&s.config).expect("config").replace("127.0.0.1:8123", "127.0.0.1:1");
     std::fs::write(&s.config, config).expect("config");
     let (code, _) = s.run("inferlog-retention", &["audit"], "audit.log");
@@ -203,14 +221,14 @@ fn a_tier_that_cannot_be_reached_exits_75() {
 fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
     let now = at(5);
     let reference = {
-        let s = scenario("ret_kill_ref", Some(SEVEN_DAYS_MS));
+        let s = scenario("ret_kill_ref", Some(SIX_DAYS_MS));
         thirty_compacted_days(&s, 60);
         let (code, _) = s.run("inferlog-retention", &["enforce", "--now", &now], "enforce.log");
         assert_eq!(code, 0, "{}", s.log("enforce.log"));
         s.end_state()
     };
     for tier in ["hot", "aggregates", "cold"] {
-        let s = scenario(&format!("ret_kill_{tier}"), Some(SEVEN_DAYS_MS));
+        let s = scenario(&format!("ret_kill_{tier}"), Some(SIX_DAYS_MS));
         thirty_compacted_days(&s, 60);
         let mut child = s.spawn("inferlog-retention", &["enforce", "--now", &now], "paused.log", &[("INFERLOG_RETENTION_PAUSE_AFTER", tier)]);
         if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
@@ -257,7 +275,7 @@ fn the_daemon_publishes_the_audit_as_metrics_and_stops_on_sigterm() {
 /// enforce, even past every policy, ends clean with them there.
 #[test]
 fn folder_markers_left_by_pyarrow_are_not_objects() {
-    let s = scenario("ret_marker", Some(SEVEN_DAYS_MS));
+    let s = scenario("ret_marker", Some(SIX_DAYS_MS));
     let t = today();
     s.seed(1_000, 1, t - 3, 71);
     let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
@@ -284,4 +302,189 @@ fn folder_markers_left_by_pyarrow_are_not_objects() {
     assert_eq!(code, 0, "{stdout}\n{}", s.log("enforce.log"));
     let (code, report) = audit_json(&s, &at(40), "audit-late.log");
     assert_eq!((code, violations(&report)), (0, vec![]), "clean with the markers still there: {report}");
+}
+
+/// Seeds the rejects log with `per_day` rejected messages on each day from
+/// `today + first` to `today + last` (the ingest DDL of
+/// `inferlog_store::tables::REJECTS`, rows written by SQL, not by inferlog).
+fn seed_rejects(s: &TierScenario, first: i32, last: i32, per_day: u64) {
+    let version = inferlog_store::hot::parse_version(&inferlog_tests::clickhouse("SELECT version()"));
+    let (database, table) = s.rejects_table().split_once('.').map(|(d, t)| (d.to_owned(), t.to_owned())).expect("database.table");
+    inferlog_tests::clickhouse(&inferlog_store::tables::REJECTS.ddl(&database, &table, version));
+    let days = (last - first + 1) as u64;
+    inferlog_tests::clickhouse(&format!(
+        "INSERT INTO {} (day, received_at, reason, field, message, kafka_topic, kafka_partition, kafka_offset, bytes) \
+         SELECT toDate('{}') + intDiv(number, {per_day}), toDateTime(toDate('{}') + intDiv(number, {per_day})), 'field.missing', 'model_name', 'is required', 'events', 0, number, 100 \
+         FROM system.numbers LIMIT {}",
+        s.rejects_table(),
+        day_string(today() + first),
+        day_string(today() + first),
+        days * per_day
+    ));
+}
+
+/// Rejects-log rows per day: (day, rows), counted by SQL.
+fn reject_days(s: &TierScenario) -> Vec<(String, u64)> {
+    inferlog_tests::clickhouse(&format!("SELECT toString(day), count() FROM {} GROUP BY day ORDER BY day", s.rejects_table()))
+        .lines()
+        .filter_map(|l| l.split_once('\t').map(|(d, n)| (d.to_owned(), n.parse().unwrap_or(0))))
+        .collect()
+}
+
+/// The rejects log is a copy of every rejected message's reason and
+/// coordinates: the hot policy covers it. Audit reports its expired days,
+/// enforce drops them with an audit row each (written before the drop:
+/// a kill -9 in between is reported, and the next run finishes it).
+#[test]
+fn the_rejects_log_is_kept_under_the_hot_policy_dropped_and_audited() {
+    let s = scenario("ret_rejects", Some(SIX_DAYS_MS));
+    seed_rejects(&s, -10, 0, 40);
+    let t = today();
+    // On today, the 7-day policy keeps t-7 ..= t: t-10, t-9 and t-8 are expired.
+    let expired: Vec<(String, String, String)> =
+        ((t - 10)..=(t - 8)).map(|d| ("rejects".to_owned(), day_string(d), "expired.present".to_owned())).collect();
+    let (code, report) = audit_json(&s, &at(0), "audit1.log");
+    assert_eq!((code, violations(&report)), (1, expired.clone()), "{report}");
+    let rejects = report["tiers"].as_array().expect("tiers").iter().find(|t| t["tier"] == "rejects").cloned().expect("a rejects tier");
+    assert_eq!((rejects["units"].as_u64(), rejects["expired_units"].as_u64(), rejects["policy"].as_str()), (Some(11), Some(3), Some("7d")));
+
+    // Killed after the first audit row, before its drop.
+    let mut child = s.spawn("inferlog-retention", &["enforce", "--now", &at(0)], "paused.log", &[("INFERLOG_RETENTION_PAUSE_AFTER", "rejects")]);
+    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
+        panic!("enforce exited ({status}) before its first rejects drop: {}", s.log("paused.log"));
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let (code, report) = audit_json(&s, &at(0), "audit2.log");
+    assert_eq!(code, 1);
+    let mut after_kill = expired.clone();
+    after_kill.push(("rejects".into(), day_string(t - 10), "deleted.still_present".into()));
+    after_kill.sort();
+    assert_eq!(violations(&report), after_kill, "the audited, undropped day is reported: {report}");
+
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(0)], "enforce.log");
+    assert_eq!(code, 0, "{stdout}\n{}", s.log("enforce.log"));
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("deleted rejects ")).count(), 3, "{stdout}");
+    let kept: Vec<(String, u64)> = ((t - 7)..=t).map(|d| (day_string(d), 40)).collect();
+    assert_eq!(reject_days(&s), kept, "exactly the expired days dropped, every other row kept");
+    assert_eq!(
+        s.psql("SELECT unit, rows FROM retention_audit WHERE tier = 'rejects' AND NOT dry_run GROUP BY unit, rows ORDER BY unit"),
+        ((t - 10)..=(t - 8)).map(|d| format!("{}\t40", day_string(d))).collect::<Vec<_>>().join("\n"),
+        "each drop audited with its rows"
+    );
+    let (code, report) = audit_json(&s, &at(0), "audit3.log");
+    assert_eq!((code, violations(&report)), (0, vec![]), "{report}");
+}
+
+/// A policy under which the archive or the aggregates would go before the
+/// hot rows could strand a day in the hot tier: every binary that reads
+/// the policies refuses it at start, exit 2, naming the fields.
+#[test]
+fn a_cold_or_aggregate_policy_shorter_than_the_hot_one_is_refused_at_start() {
+    let s = scenario("ret_strand", Some(SIX_DAYS_MS));
+    s.rewrite_config("cold_days = 25", "cold_days = 5");
+    for (binary, args) in [("inferlog-retention", vec!["audit"]), ("inferlog-compactor", vec!["--once"])] {
+        let log = format!("{binary}.log");
+        let (code, _) = s.run(binary, &args, &log);
+        assert_eq!(code, 2, "{binary}: {}", s.log(&log));
+        assert!(s.log(&log).contains("retention.cold_days (5d) must be at least retention.hot_days (7d)"), "{binary}: {}", s.log(&log));
+    }
+    s.rewrite_config("cold_days = 5", "cold_days = 25");
+    s.rewrite_config("aggregate_days = 20", "aggregate_days = 6");
+    let (code, _) = s.run("inferlog-retention", &["audit"], "aggregates.log");
+    assert_eq!(code, 2, "{}", s.log("aggregates.log"));
+    assert!(s.log("aggregates.log").contains("retention.aggregate_days (6d)"), "{}", s.log("aggregates.log"));
+}
+
+/// Re-archiving a day in fewer objects deletes the earlier split's extra
+/// objects: each with an audit row (tier cold, `delete_superseded`), and a
+/// kill -9 between the row and the deletion is reported, then finished by
+/// the next pass. An object whose key names no day is reported.
+#[test]
+fn superseded_objects_are_deleted_with_an_audit_row_and_keys_without_a_day_are_reported() {
+    let s = scenario_with("ret_superseded", "object_max_rows = 1500\nrow_group_rows = 1024\n", Some(SIX_DAYS_MS));
+    let t = today();
+    s.seed(5_000, 1, t - 1, 81);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "first.log");
+    assert_eq!(code, 0, "{}", s.log("first.log"));
+    let first: Vec<String> = s.s3_objects().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(first.len(), 4, "5,000 rows at 1,500 per object: {first:?}");
+
+    s.rewrite_config("object_max_rows = 1500", "object_max_rows = 3000");
+    let day = day_string(t - 1);
+    let mut child = s.spawn("inferlog-compactor", &["--day", &day], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "superseded")]);
+    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
+        panic!("the compactor exited ({status}) before deleting a superseded object: {}", s.log("paused.log"));
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let superseded = [format!("{}dt={day}/part-0002.parquet", s.prefix), format!("{}dt={day}/part-0003.parquet", s.prefix)];
+    let (code, report) = audit_json(&s, &at(0), "audit1.log");
+    assert_eq!(code, 1);
+    let v = violations(&report);
+    assert!(
+        v.contains(&("cold".into(), superseded[0].clone(), "deleted.still_present".into())),
+        "the audited, undeleted object is reported: {report}"
+    );
+
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "resume.log");
+    assert_eq!(code, 0, "{}", s.log("resume.log"));
+    let objects: Vec<String> = s.s3_objects().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(objects, first[..2].to_vec(), "the two objects of the new split remain");
+    assert_eq!(
+        s.psql(
+            "SELECT DISTINCT unit FROM retention_audit WHERE tier = 'cold' AND action = 'delete_superseded' AND actor = 'compactor' ORDER BY unit"
+        ),
+        superseded.join("\n"),
+        "every superseded object's deletion audited"
+    );
+    assert_eq!(s.psql("SELECT sum(rows) FROM cold_manifest"), "5000", "the new split holds every row");
+
+    let stray = format!("{}notes/readme.parquet", s.prefix);
+    s.s3_put(&stray, b"not inferlog's");
+    let (code, report) = audit_json(&s, &at(0), "audit2.log");
+    assert_eq!((code, violations(&report)), (1, vec![("cold".into(), stray, "cold.unknown_object".into())]), "{report}");
+}
+
+/// The DLQ is audited by what it holds, not by what its settings promise:
+/// a message ten days old in a topic whose settings would keep it 31 days
+/// is reported with its partition, and so are the settings. Enforce sets
+/// settings that fit (AlterConfigs, audited, the topic's other overrides
+/// kept); the broker then deletes the old segment and the audit is clean.
+#[test]
+fn the_dlq_is_audited_by_its_oldest_message_and_enforce_fits_its_settings() {
+    let s = scenario("ret_dlq_oldest", Some(30 * 86_400_000));
+    let topic = dlq_topic(&s);
+    kafkatool(&["alter-config", "--topic", &topic, "max.message.bytes=2000000"]);
+    let ten_days_ago = inferlog_tests::now_ms() - 10 * 86_400_000;
+    let file = s.dir.path().join("old.jsonl");
+    std::fs::write(&file, "{\"request_id\":\"old-1\"}\n{\"request_id\":\"old-2\"}\n").expect("write");
+    kafkatool(&["produce", "--topic", &topic, "--timestamp-ms", &ten_days_ago.to_string(), &file.to_string_lossy()]);
+
+    let (code, report) = audit_json(&s, &at(0), "audit1.log");
+    assert_eq!(code, 1);
+    assert_eq!(
+        violations(&report),
+        vec![("dlq".into(), topic.clone(), "dlq.retention_exceeds".into()), ("dlq".into(), format!("{topic}/0"), "dlq.oldest_exceeds".into())],
+        "{report}"
+    );
+    assert_eq!(report["dlq"]["oldest"].as_str(), Some(inferlog_schema::timestamp::format_rfc3339_ms(ten_days_ago).as_str()), "{report}");
+    assert_eq!(report["dlq"]["longest_ms"], 31 * 86_400_000i64, "retention.ms + segment.ms");
+
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(0)], "enforce.log");
+    assert_eq!(code, 0, "{stdout}\n{}", s.log("enforce.log"));
+    assert!(stdout.contains(&format!("set dlq {topic} cleanup.policy=delete retention.ms=518400000 segment.ms=86400000")), "{stdout}");
+    assert_eq!(
+        s.psql(&format!("SELECT action, policy, detail FROM retention_audit WHERE tier = 'dlq' AND unit = '{topic}' AND NOT dry_run")),
+        "alter_configs\t7d\tcleanup.policy=delete retention.ms=2592000000 segment.ms=86400000 -> cleanup.policy=delete retention.ms=518400000 segment.ms=86400000",
+        "the change audited"
+    );
+    // The broker deletes the ten-day-old segment (its check runs every second here).
+    inferlog_tests::wait_for(
+        Duration::from_secs(120),
+        || violations(&audit_json(&s, &at(0), "audit-wait.log").1).is_empty(),
+        || format!("{}", audit_json(&s, &at(0), "audit-last.log").1),
+    );
+    let described = kafkatool(&["describe-config", "--topic", &topic]);
+    assert!(described.contains("\"max.message.bytes\": \"2000000\""), "the topic's other override is kept: {described}");
 }
