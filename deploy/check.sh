@@ -35,7 +35,7 @@ check_systemd() {
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' RETURN
     for unit in deploy/systemd/*.service; do
-        sed "s#/usr/local/bin/#$root/target/release/#" "$unit" > "$dir/$(basename "$unit")"
+        sed "s#/usr/local/bin/#${INFERLOG_BIN_DIR:-$root/target/release}/#" "$unit" > "$dir/$(basename "$unit")"
     done
     # verify prints problems and exits non-zero on errors; warnings count too.
     local out
@@ -62,7 +62,9 @@ check_fuzz() {
 
 check_code() {
     cargo fmt --all -- --check
-    cargo clippy --release --workspace --all-targets --locked -- -D warnings
+    # The profile and features of the test build (deploy/local/test.sh), so
+    # clippy reuses its build scripts (librdkafka's C build among them).
+    cargo clippy --profile ci --workspace --all-targets --locked --features inferlog-store/test-hooks -- -D warnings
     echo "code: formatted, clippy clean"
 }
 
