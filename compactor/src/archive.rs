@@ -91,6 +91,11 @@ pub trait RowSink: Send + 'static {
     fn row(&mut self, row: &ArchiveRow<'_>);
 }
 
+/// Rows written, not counted (a supplement has no aggregates of its own).
+impl RowSink for () {
+    fn row(&mut self, _: &ArchiveRow<'_>) {}
+}
+
 /// The columns read, in [`ArchiveRow`] order.
 const SELECT_COLUMNS: &str = "timestamp_ms, request_id, business_line, model_name, model_version, input_tokens, output_tokens, \
     total_latency_ms, error_code, error_stage, user_id_hash, tenant, session_id, request_type, queue_wait_ms, prefill_time_ms, \
@@ -312,8 +317,7 @@ impl Archiver {
             .build()
     }
 
-    fn open(&self, day: Day, part: u32) -> Result<OpenObject, CompactorError> {
-        let key = self.cold.object_key(day, part);
+    fn open(&self, day: Day, part: u32, key: String) -> Result<OpenObject, CompactorError> {
         let upload = BufWriter::with_capacity(self.cold.store().clone(), Path::from(key.as_str()), UPLOAD_PART_BYTES)
             .with_max_concurrency(self.config.upload_concurrency);
         let done = Arc::new(Mutex::new(None));
@@ -340,6 +344,24 @@ impl Archiver {
     /// most `object_max_rows` rows each, and returns them as written, with
     /// `sink` after it saw every row.
     pub async fn archive_day<S: RowSink>(&self, day: Day, mode: ReadMode, sink: S) -> Result<(Vec<WrittenObject>, S), CompactorError> {
+        self.archive_as(day, mode, sink, |part| self.cold.object_key(day, part)).await
+    }
+
+    /// Writes the rows a released day holds again (rows that arrived after
+    /// its release) as supplement objects `late-<tag>-NNNN` beside its
+    /// archive; the same `tag` (of the same rows) names the same objects.
+    pub async fn archive_supplement(&self, day: Day, mode: ReadMode, tag: &str) -> Result<Vec<WrittenObject>, CompactorError> {
+        let (written, ()) = self.archive_as(day, mode, (), |part| self.cold.supplement_key(day, tag, part)).await?;
+        Ok(written)
+    }
+
+    async fn archive_as<S: RowSink>(
+        &self,
+        day: Day,
+        mode: ReadMode,
+        sink: S,
+        key: impl Fn(u32) -> String,
+    ) -> Result<(Vec<WrittenObject>, S), CompactorError> {
         let (tx, mut rx) = mpsc::channel::<RecordBatch>(2);
         let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx, sink));
         let mut written = Vec::new();
@@ -350,7 +372,8 @@ impl Archiver {
                 let mut offset = 0;
                 while offset < batch.num_rows() {
                     if current.is_none() {
-                        current = Some(self.open(day, written.len() as u32)?);
+                        let part = written.len() as u32;
+                        current = Some(self.open(day, part, key(part))?);
                     }
                     let Some(object) = current.as_mut() else { break };
                     let take = ((max_rows - object.rows) as usize).min(batch.num_rows() - offset);

@@ -31,7 +31,8 @@ use crate::publish;
 use crate::verify::verify_day;
 
 /// Test hook ([`inferlog_store::test_hooks`]): `<state>`, `superseded` (after
-/// the first superseded object's audit row, before its deletion) or `dropped`.
+/// the first superseded object's audit row, before its deletion),
+/// `supplemented` (late rows archived and in the manifest, not dropped) or `dropped`.
 pub const PAUSE_ENV: &str = "INFERLOG_COMPACTOR_PAUSE_AFTER";
 
 /// What happened to a day in one pass.
@@ -106,7 +107,7 @@ impl DayWork {
             None => None,
             Some(r) if r.state == DayState::Released => {
                 if fp.rows > 0 {
-                    tracing::error!(day = %name, rows = fp.rows, "rows arrived for a day already released from the hot tier; retention's audit reports them");
+                    return self.archive_late_rows(day, mode, &fp).await;
                 }
                 return Ok(DayOutcome::Released);
             }
@@ -229,6 +230,47 @@ impl DayWork {
             return self.release(day).await;
         }
         Ok(DayOutcome::Complete)
+    }
+
+    /// Rows that arrived after the day was released (a batch flushed just
+    /// after midnight): archived as supplement objects beside the day's
+    /// archive, read back and verified against ClickHouse, added to the
+    /// manifest together with the audit row of their drop (one
+    /// transaction, before the drop), then dropped from the hot tier. The
+    /// same rows make the same object keys, so a run killed anywhere is
+    /// finished by the next. The day's aggregates are not recomputed: the
+    /// report answers a released day from them, never from late rows.
+    async fn archive_late_rows(&self, day: Day, mode: ReadMode, fp: &DayFingerprint) -> Result<DayOutcome, CompactorError> {
+        use sha2::Digest as _;
+        let name = inferlog_store::day_string(day);
+        tracing::warn!(day = %name, rows = fp.rows, "rows arrived for a day already released; archiving them as a supplement");
+        let tag = hex::encode(&sha2::Sha256::digest(fp.encode().as_bytes())[..6]);
+        let written = self.archiver.archive_supplement(day, mode, &tag).await?;
+        for o in &written {
+            metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
+        }
+        let entries = verify_day(&self.cold, day, &written, fp).await?;
+        let now = self.hot.fingerprint(day, mode).await?;
+        if now != *fp {
+            return Err(CompactorError::RowsChanged { day: name, step: "supplemented", message: format!("{} became {}", fp.encode(), now.encode()) });
+        }
+        let keys: Vec<&str> = entries.iter().map(|e| e.object_key.as_str()).collect();
+        let audit = AuditEntry {
+            tier: "hot",
+            unit: name.clone(),
+            action: "drop_partition",
+            rows: Some(fp.rows),
+            bytes: None,
+            policy: self.hot_policy.to_string(),
+            dry_run: false,
+            actor: "compactor",
+            detail: Some(format!("rows that arrived after the day was released, archived in {}", keys.join(", "))),
+        };
+        self.catalog.add_supplement(&entries, &audit).await?;
+        pause_point("supplemented").await;
+        self.hot.drop_day(day).await?;
+        tracing::info!(day = %name, rows = fp.rows, objects = entries.len(), "late rows archived and dropped");
+        Ok(DayOutcome::Released)
     }
 
     /// Deletes the day's objects that its verified manifest does not list

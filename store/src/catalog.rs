@@ -268,6 +268,44 @@ impl Catalog {
         tx.commit().await.map_err(StoreError::postgres("commit manifest"))
     }
 
+    /// Adds supplement objects (late rows of a released day) to the
+    /// manifest, with the audit row of the drop that follows, atomically.
+    /// Idempotent: the same objects written again replace their rows, and
+    /// the audit row is written once (a run killed before the drop and
+    /// finished by the next records one drop).
+    pub async fn add_supplement(&self, entries: &[ManifestEntry], audit: &AuditEntry) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
+        for e in entries {
+            sqlx::query(
+                "INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version) VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (object_key) DO UPDATE SET rows = $3, bytes = $4, sha256 = $5, schema_version = $6",
+            )
+            .bind(&e.object_key)
+            .bind(date_of(e.day))
+            .bind(e.rows as i64)
+            .bind(e.bytes as i64)
+            .bind(&e.sha256)
+            .bind(e.schema_version as i32)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::postgres("add supplement to manifest"))?;
+        }
+        let recorded: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM retention_audit WHERE tier = $1 AND unit = $2 AND action = $3 AND detail = $4 AND NOT dry_run)",
+        )
+        .bind(audit.tier)
+        .bind(&audit.unit)
+        .bind(audit.action)
+        .bind(&audit.detail)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::postgres("read audit table"))?;
+        if !recorded {
+            insert_audit(&mut *tx, audit).await?;
+        }
+        tx.commit().await.map_err(StoreError::postgres("commit supplement"))
+    }
+
     /// The manifest rows of one day, or of every day.
     pub async fn manifest(&self, day: Option<Day>) -> Result<Vec<ManifestEntry>, StoreError> {
         let rows = sqlx::query(

@@ -132,6 +132,12 @@ impl ColdStore {
         format!("{}/part-{part:04}.parquet", self.day_dir(day))
     }
 
+    /// The key of part `part` of a supplement of `day` (rows archived after
+    /// the day was released), named by `tag`.
+    pub fn supplement_key(&self, day: Day, tag: &str, part: u32) -> String {
+        format!("{}/late-{tag}-{part:04}.parquet", self.day_dir(day))
+    }
+
     /// The day a key belongs to, from its `dt=` folder.
     pub fn day_of_key(&self, key: &str) -> Option<Day> {
         let rest = if self.prefix.is_empty() { key } else { key.strip_prefix(&self.prefix)?.strip_prefix('/')? };

@@ -20,6 +20,9 @@ pub enum Refusal {
     ManifestShort { archived_rows: u64, day_rows: u64, objects: usize },
     /// Rows arrived (or changed) after the archive was verified.
     RowsChanged { recorded: String, now: String },
+    /// Rows arrived after the day was released: the compactor archives
+    /// them as a supplement before they are dropped.
+    LateRows { rows: u64 },
 }
 
 impl std::fmt::Display for Refusal {
@@ -33,6 +36,9 @@ impl std::fmt::Display for Refusal {
                 write!(f, "the manifest holds {archived_rows} rows in {objects} objects, the day had {day_rows}")
             }
             Refusal::RowsChanged { recorded, now } => write!(f, "the hot rows changed since the archive was verified ({recorded} became {now})"),
+            Refusal::LateRows { rows } => {
+                write!(f, "{rows} rows arrived after the day was released; the compactor archives them as a supplement, then drops them")
+            }
         }
     }
 }
@@ -69,6 +75,10 @@ pub async fn release_day<F: Future<Output = ()>>(
         return Ok(Release::Refused(Refusal::NotArchived { state: None }));
     };
     if record.state == DayState::Released {
+        let late = hot.fingerprint(day, ReadMode::Final).await?.rows;
+        if late > 0 {
+            return Ok(Release::Refused(Refusal::LateRows { rows: late }));
+        }
         return Ok(Release::Released { rows: record.hot_rows, objects: record.objects as usize });
     }
     if !matches!(record.state, DayState::Aggregated | DayState::Releasing) {

@@ -488,3 +488,68 @@ fn the_dlq_is_audited_by_its_oldest_message_and_enforce_fits_its_settings() {
     let described = kafkatool(&["describe-config", "--topic", &topic]);
     assert!(described.contains("\"max.message.bytes\": \"2000000\""), "the topic's other override is kept: {described}");
 }
+
+/// Rows that arrive for a day already released (a batch flushed just
+/// after midnight) are not left in the hot tier for ever, and enforce no
+/// longer says "deleted" while dropping nothing: enforce refuses the day
+/// until the compactor has archived the rows as a supplement object
+/// (verified, in the manifest), then dropped them with an audit row. A
+/// kill -9 between the manifest and the drop is finished by the next
+/// pass, into the same object. The archive, read with pyarrow, then holds
+/// every event of the day exactly once.
+#[test]
+fn late_rows_on_a_released_day_are_archived_as_a_supplement_then_dropped_and_audited() {
+    let s = scenario("ret_late", Some(SIX_DAYS_MS));
+    let t = today();
+    let first = s.seed(2_000, 2, t - 10, 91);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+    assert!(s.hot_days().is_empty(), "both days archived and released: {:?}", s.hot_days());
+    let late = TierScenario::events(37, 1, t - 10, 92);
+    s.insert(&late);
+    let day = day_string(t - 10);
+
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(0)], "enforce1.log");
+    assert_eq!(code, 1, "{stdout}\n{}", s.log("enforce1.log"));
+    assert!(stdout.contains(&format!("refused hot {day}: 37 rows arrived after the day was released")), "{stdout}");
+    assert_eq!(s.hot_days(), vec![(day.clone(), 37)], "nothing dropped unarchived");
+
+    let mut child = s.spawn("inferlog-compactor", &["--once"], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "supplemented")]);
+    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
+        panic!("the compactor exited ({status}) before archiving the late rows: {}", s.log("paused.log"));
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "resume.log");
+    assert_eq!(code, 0, "{}", s.log("resume.log"));
+    assert!(s.hot_days().is_empty(), "the late rows dropped: {:?}", s.hot_days());
+
+    let supplements = s.psql(&format!("SELECT object_key, rows FROM cold_manifest WHERE day = '{day}' AND object_key LIKE '%/late-%'"));
+    assert_eq!(supplements.lines().count(), 1, "one supplement object, written twice under one key: {supplements}");
+    assert!(supplements.ends_with("\t37"), "{supplements}");
+    let archive = s.read_archive(0);
+    let mut ids: Vec<String> = archive
+        .as_array()
+        .expect("objects")
+        .iter()
+        .filter(|o| o["key"].as_str().is_some_and(|k| k.contains(&format!("dt={day}/"))))
+        .flat_map(|o| o["request_ids"].as_array().expect("ids").iter().map(|v| v.as_str().expect("id").to_owned()))
+        .collect();
+    ids.sort();
+    let mut expected: Vec<String> =
+        first.iter().chain(&late).filter(|e| e.timestamp_ms.div_euclid(86_400_000) == i64::from(t - 10)).map(|e| e.request_id.clone()).collect();
+    expected.sort();
+    assert_eq!(ids.len(), expected.len(), "every event of the day once in the archive");
+    assert_eq!(ids, expected);
+    assert_eq!(
+        s.psql(&format!(
+            "SELECT count(*), max(rows) FROM retention_audit WHERE tier = 'hot' AND unit = '{day}' AND actor = 'compactor' AND detail LIKE '%late-%'"
+        )),
+        "1\t37",
+        "the drop audited once, before it happened"
+    );
+    let (code, report) = audit_json(&s, &at(0), "audit.log");
+    assert_eq!((code, violations(&report)), (0, vec![]), "{report}");
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(0)], "enforce2.log");
+    assert_eq!((code, stdout.trim()), (0, ""), "{}", s.log("enforce2.log"));
+}

@@ -8,7 +8,8 @@
 //!   silently.
 //!
 //! A released day that received late rows is answered by its aggregates
-//! (which hold the whole day); the late rows wait for the compactor. When
+//! (which hold the day as released), or is missing when they are gone;
+//! never by its late rows, which the compactor archives as a supplement. When
 //! ClickHouse does not answer, every day the aggregates hold is read from
 //! them and the output says so; the others are reported missing.
 
@@ -39,7 +40,9 @@ pub fn route(range: Range, hot_days: &BTreeSet<Day>, released: &BTreeSet<Day>, a
     range
         .iter()
         .map(|day| {
-            let tier = if hot_days.contains(&day) && !(released.contains(&day) && aggregated.contains(&day)) {
+            // A released day's hot rows are late ones (waiting to be
+            // archived as a supplement), never the day.
+            let tier = if hot_days.contains(&day) && !released.contains(&day) {
                 Tier::Hot
             } else if aggregated.contains(&day) {
                 Tier::Aggregates
@@ -97,8 +100,9 @@ mod tests {
     fn each_day_goes_to_the_tier_that_holds_all_of_it() {
         let set = |days: &[Day]| days.iter().copied().collect::<BTreeSet<Day>>();
         // 1: aggregates only; 2: hot and aggregated (not released); 3: released with late hot rows;
-        // 4: hot only (today); 5: nothing; 6: released, no aggregates (deleted by retention) but late rows.
+        // 4: hot only (today); 5: nothing; 6: released, no aggregates (deleted by retention) but late rows:
+        // missing, never answered from its late rows alone.
         let routes = route(Range { from: 1, to: 6 }, &set(&[2, 3, 4, 6]), &set(&[1, 3, 6]), &set(&[1, 2, 3]));
-        assert_eq!(routes, vec![(1, Tier::Aggregates), (2, Tier::Hot), (3, Tier::Aggregates), (4, Tier::Hot), (5, Tier::None), (6, Tier::Hot)]);
+        assert_eq!(routes, vec![(1, Tier::Aggregates), (2, Tier::Hot), (3, Tier::Aggregates), (4, Tier::Hot), (5, Tier::None), (6, Tier::None)]);
     }
 }
