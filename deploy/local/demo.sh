@@ -59,7 +59,7 @@ step "who burned the token budget? tokens by business line (two weeks)"
 ch "SELECT business_line, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out,
         round(100 * countIf(cache_hit = 1) / count(), 1) AS cache_hit_pct, countIf(error_code != 0) AS errors
      FROM $t GROUP BY business_line ORDER BY tokens_in + tokens_out DESC"
-step "rejected events by reason (also in the DLQ topic $run-dlq, with the original bytes)"
+step "rejected events by reason (also in the DLQ topic $run-dlq, redacted: no plaintext personal data)"
 ch "SELECT reason, count() AS events FROM inferlog.${run}_rejects GROUP BY reason ORDER BY events DESC"
 step "reconciliation after ingest: produced = hot rows + rejects"
 ch "SELECT $produced AS produced, (SELECT count() FROM $t) AS hot_rows, (SELECT count() FROM inferlog.${run}_rejects) AS rejected"
