@@ -197,7 +197,15 @@ stop_by_pattern() { # port pattern name
   [ -n "$pids" ] || return 0
   log "stopping $3 (pids $(echo $pids))"
   kill $pids 2>/dev/null || true
-  for _ in $(seq 1 100); do port_open "$1" || return 0; sleep 0.1; done
+  # Until the processes are gone, not just the port: a server holds other
+  # ports (SeaweedFS' master) until it exits, and a restart needs them.
+  local alive
+  for _ in $(seq 1 100); do
+    alive=0
+    for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && return 0
+    sleep 0.1
+  done
   kill -9 $pids 2>/dev/null || true
 }
 
