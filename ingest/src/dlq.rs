@@ -359,11 +359,10 @@ impl Dlq {
                 }
             }
         }
-        let redacted_bytes = r.original.as_ref().map(|o| o.bytes.to_string());
-        if let (Some(o), Some(bytes)) = (&r.original, &redacted_bytes) {
+        if let Some(o) = &r.original {
             h = h
                 .insert(Header { key: headers::PAYLOAD, value: Some("redacted") })
-                .insert(Header { key: headers::ORIGINAL_BYTES, value: Some(bytes.as_str()) })
+                .insert(Header { key: headers::ORIGINAL_BYTES, value: Some(&o.bytes.to_string()) })
                 .insert(Header { key: headers::ORIGINAL_SHA256, value: Some(&o.sha256) });
         }
         let payload = match truncation {

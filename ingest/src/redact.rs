@@ -95,9 +95,7 @@ impl Redactor {
                         continue;
                     }
                     if name == USER_ID {
-                        let hashed = self.user_id(v.clone(), user_ids);
-                        changed |= hashed != v;
-                        v = hashed;
+                        changed |= self.user_id(&mut v, user_ids);
                     } else {
                         changed |= self.walk(&mut v, user_ids);
                     }
@@ -117,19 +115,19 @@ impl Redactor {
         }
     }
 
-    /// A `user_id` value as the hot tier would store it: its keyed hash
-    /// (a digest under this key is kept; anything not a string is hashed
-    /// in its JSON form).
-    fn user_id(&self, v: Value, user_ids: &mut Vec<String>) -> Value {
-        let text = match v {
-            Value::Null => return Value::Null,
-            Value::String(s) if self.hasher.is_own_digest(&s) => return Value::String(s),
-            Value::String(s) => s,
+    /// Makes a `user_id` value what the hot tier would store: its keyed
+    /// hash (a digest under this key is kept; anything not a string is
+    /// hashed in its JSON form). Whether it changed.
+    fn user_id(&self, v: &mut Value, user_ids: &mut Vec<String>) -> bool {
+        let text = match &mut *v {
+            Value::Null => return false,
+            Value::String(s) if self.hasher.is_own_digest(s) => return false,
+            Value::String(s) => std::mem::take(s),
             other => other.to_string(),
         };
-        let hashed = self.hasher.hash(&text);
+        *v = Value::String(self.hasher.hash(&text));
         user_ids.push(text);
-        Value::String(hashed)
+        true
     }
 }
 

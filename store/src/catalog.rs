@@ -252,16 +252,7 @@ impl Catalog {
             .await
             .map_err(StoreError::postgres("replace manifest"))?;
         for e in entries {
-            sqlx::query("INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version) VALUES ($1, $2, $3, $4, $5, $6)")
-                .bind(&e.object_key)
-                .bind(date_of(e.day))
-                .bind(e.rows as i64)
-                .bind(e.bytes as i64)
-                .bind(&e.sha256)
-                .bind(e.schema_version as i32)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::postgres("insert manifest"))?;
+            upsert_manifest_row(&mut *tx, e).await?;
         }
         let bytes = entries.iter().map(|e| e.bytes).sum();
         set_state(&mut *tx, day, DayState::Verified, fingerprint, entries.len() as u32, bytes).await?;
@@ -276,19 +267,7 @@ impl Catalog {
     pub async fn add_supplement(&self, entries: &[ManifestEntry], audit: &AuditEntry) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
         for e in entries {
-            sqlx::query(
-                "INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version) VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (object_key) DO UPDATE SET rows = $3, bytes = $4, sha256 = $5, schema_version = $6",
-            )
-            .bind(&e.object_key)
-            .bind(date_of(e.day))
-            .bind(e.rows as i64)
-            .bind(e.bytes as i64)
-            .bind(&e.sha256)
-            .bind(e.schema_version as i32)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::postgres("add supplement to manifest"))?;
+            upsert_manifest_row(&mut *tx, e).await?;
         }
         let recorded: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM retention_audit WHERE tier = $1 AND unit = $2 AND action = $3 AND detail = $4 AND NOT dry_run)",
@@ -347,6 +326,24 @@ impl Catalog {
     pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
         insert_audit(&self.pool, entry).await
     }
+}
+
+/// One manifest row, replacing the row of the same object if there is one.
+async fn upsert_manifest_row<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &ManifestEntry) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (object_key) DO UPDATE SET day = $2, rows = $3, bytes = $4, sha256 = $5, schema_version = $6",
+    )
+    .bind(&e.object_key)
+    .bind(date_of(e.day))
+    .bind(e.rows as i64)
+    .bind(e.bytes as i64)
+    .bind(&e.sha256)
+    .bind(e.schema_version as i32)
+    .execute(executor)
+    .await
+    .map_err(StoreError::postgres("write manifest row"))?;
+    Ok(())
 }
 
 fn day_record(r: &sqlx::postgres::PgRow) -> Result<DayRecord, StoreError> {

@@ -126,6 +126,17 @@ impl TierScenario {
         self.command(binary, args, log, env).spawn().expect("spawn")
     }
 
+    /// Runs `binary args` with the test hook `env` = `step`, waits until it
+    /// pauses there and kills it with SIGKILL (panics if it exits first).
+    pub fn kill_at(&self, binary: &str, args: &[&str], env: &str, step: &str, log: &str) {
+        let mut child = self.spawn(binary, args, log, &[(env, step)]);
+        if let Some(status) = crate::wait_paused(&mut child, || self.log(log), std::time::Duration::from_secs(120)) {
+            panic!("{binary} exited ({status}) before reaching {step}: {}", self.log(log));
+        }
+        child.kill().expect("kill -9");
+        let _ = child.wait();
+    }
+
     /// Runs `binary` to completion: its exit code and stdout.
     pub fn run(&self, binary: &str, args: &[&str], log: &str) -> (i32, String) {
         let out: Output = self.command(binary, args, log, &[]).output().expect("run");

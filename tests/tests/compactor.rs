@@ -412,12 +412,7 @@ fn a_corrupt_object_after_a_crash_fails_verification_and_the_day_is_archived_aga
 fn crash_at(step: &str, seed_days: impl Fn(&TierScenario)) -> String {
     let s = TierScenario::new(&format!("cmp_kill_{step}"), "");
     seed_days(&s);
-    let mut child = s.spawn("inferlog-compactor", &["--once"], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", step)]);
-    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(120)) {
-        panic!("compactor exited ({status}) before reaching {step}: {}", s.log("paused.log"));
-    }
-    child.kill().expect("kill -9");
-    let _ = child.wait();
+    s.kill_at("inferlog-compactor", &["--once"], "INFERLOG_COMPACTOR_PAUSE_AFTER", step, "paused.log");
     let (code, _) = s.run("inferlog-compactor", &["--once"], "resume.log");
     assert_eq!(code, 0, "resume after a kill at {step}: {}", s.log("resume.log"));
     s.end_state()

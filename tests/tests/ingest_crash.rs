@@ -79,6 +79,20 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     assert_eq!(sources.len() as u64, events.len() as u64 - valid, "rejects in the DLQ topic ({} messages read)", dlq.len());
 }
 
+/// A one-partition scenario whose hot table is a plain `MergeTree` (no
+/// merge hides a duplicate) with a slow column default, so an insert of up
+/// to 3,000 rows runs up to 2.7 s on the server; `count` events of one day
+/// produced. The number of valid events.
+fn slow_inserts(name: &str, count: usize, seed: u64) -> (Scenario, u64) {
+    let s = Scenario::static_assignment(name, 1, "batch_max_rows = 3000\n");
+    s.create_plain_hot_table();
+    clickhouse(&format!("ALTER TABLE {} ADD COLUMN slow UInt8 DEFAULT sleepEachRow(0.0009)", s.qualified_table()));
+    let events = inferlog_tests::generate(count, 0.01, seed, 1);
+    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), &events));
+    let valid = valid_count(&events) as u64;
+    (s, valid)
+}
+
 /// An INSERT the server is still running when its writer is killed is
 /// waited out by the next reader before it reads the replay log. Here a
 /// slow column default keeps an insert of up to 3,000 rows up to 2.7 s on the server (3 s is the server's limit), and
@@ -88,13 +102,8 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
 /// twice, seed 1796239939539).
 #[test]
 fn an_insert_still_running_when_its_writer_is_killed_is_waited_out() {
-    let s = Scenario::static_assignment("zombie", 1, "batch_max_rows = 3000\n");
-    s.create_plain_hot_table();
-    clickhouse(&format!("ALTER TABLE {} ADD COLUMN slow UInt8 DEFAULT sleepEachRow(0.0009)", s.qualified_table()));
     // One day of events (a day or two UTC days): most of a batch is one insert.
-    let events = inferlog_tests::generate(9_000, 0.01, 407, 1);
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), &events));
-    let valid = valid_count(&events) as u64;
+    let (s, valid) = slow_inserts("zombie", 9_000, 407);
     // By the query text, not ingest's query ids: this finds the inserts of any build.
     let running = format!("SELECT query_id FROM system.processes WHERE query LIKE 'INSERT INTO %{}%' AND elapsed > 0.3", s.table);
     let mut zombies: Vec<String> = Vec::new();
@@ -121,12 +130,7 @@ fn an_insert_still_running_when_its_writer_is_killed_is_waited_out() {
 /// retry found nothing yet, inserted again, and both attempts landed.
 #[test]
 fn a_timed_out_insert_is_ended_before_its_retry_looks() {
-    let s = Scenario::static_assignment("timeout", 1, "batch_max_rows = 3000\n");
-    s.create_plain_hot_table();
-    clickhouse(&format!("ALTER TABLE {} ADD COLUMN slow UInt8 DEFAULT sleepEachRow(0.0009)", s.qualified_table()));
-    let events = inferlog_tests::generate(6_000, 0.01, 408, 1);
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), &events));
-    let valid = valid_count(&events) as u64;
+    let (s, valid) = slow_inserts("timeout", 6_000, 408);
     let config = s.dir.path().join("timeout.toml");
     let toml = std::fs::read_to_string(&s.config).expect("read config").replace("[clickhouse]\n", "[clickhouse]\nrequest_timeout = \"1s\"\n");
     std::fs::write(&config, toml).expect("write config");

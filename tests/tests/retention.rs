@@ -230,12 +230,7 @@ fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
     for tier in ["hot", "aggregates", "cold"] {
         let s = scenario(&format!("ret_kill_{tier}"), Some(SIX_DAYS_MS));
         thirty_compacted_days(&s, 60);
-        let mut child = s.spawn("inferlog-retention", &["enforce", "--now", &now], "paused.log", &[("INFERLOG_RETENTION_PAUSE_AFTER", tier)]);
-        if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
-            panic!("enforce exited ({status}) before its first {tier} deletion: {}", s.log("paused.log"));
-        }
-        child.kill().expect("kill -9");
-        let _ = child.wait();
+        s.kill_at("inferlog-retention", &["enforce", "--now", &now], "INFERLOG_RETENTION_PAUSE_AFTER", tier, "paused.log");
         let (code, _) = s.run("inferlog-retention", &["enforce", "--now", &now], "resume.log");
         assert_eq!(code, 0, "{}", s.log("resume.log"));
         assert_eq!(s.end_state(), reference, "end state after kill -9 during the {tier} tier");
@@ -349,12 +344,7 @@ fn the_rejects_log_is_kept_under_the_hot_policy_dropped_and_audited() {
     assert_eq!((rejects["units"].as_u64(), rejects["expired_units"].as_u64(), rejects["policy"].as_str()), (Some(11), Some(3), Some("7d")));
 
     // Killed after the first audit row, before its drop.
-    let mut child = s.spawn("inferlog-retention", &["enforce", "--now", &at(0)], "paused.log", &[("INFERLOG_RETENTION_PAUSE_AFTER", "rejects")]);
-    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
-        panic!("enforce exited ({status}) before its first rejects drop: {}", s.log("paused.log"));
-    }
-    child.kill().expect("kill -9");
-    let _ = child.wait();
+    s.kill_at("inferlog-retention", &["enforce", "--now", &at(0)], "INFERLOG_RETENTION_PAUSE_AFTER", "rejects", "paused.log");
     let (code, report) = audit_json(&s, &at(0), "audit2.log");
     assert_eq!(code, 1);
     let mut after_kill = expired.clone();
@@ -412,12 +402,7 @@ fn superseded_objects_are_deleted_with_an_audit_row_and_keys_without_a_day_are_r
 
     s.rewrite_config("object_max_rows = 1500", "object_max_rows = 3000");
     let day = day_string(t - 1);
-    let mut child = s.spawn("inferlog-compactor", &["--day", &day], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "superseded")]);
-    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
-        panic!("the compactor exited ({status}) before deleting a superseded object: {}", s.log("paused.log"));
-    }
-    child.kill().expect("kill -9");
-    let _ = child.wait();
+    s.kill_at("inferlog-compactor", &["--day", &day], "INFERLOG_COMPACTOR_PAUSE_AFTER", "superseded", "paused.log");
     let superseded = [format!("{}dt={day}/part-0002.parquet", s.prefix), format!("{}dt={day}/part-0003.parquet", s.prefix)];
     let (code, report) = audit_json(&s, &at(0), "audit1.log");
     assert_eq!(code, 1);
@@ -514,12 +499,7 @@ fn late_rows_on_a_released_day_are_archived_as_a_supplement_then_dropped_and_aud
     assert!(stdout.contains(&format!("refused hot {day}: 37 rows arrived after the day was released")), "{stdout}");
     assert_eq!(s.hot_days(), vec![(day.clone(), 37)], "nothing dropped unarchived");
 
-    let mut child = s.spawn("inferlog-compactor", &["--once"], "paused.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "supplemented")]);
-    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(60)) {
-        panic!("the compactor exited ({status}) before archiving the late rows: {}", s.log("paused.log"));
-    }
-    child.kill().expect("kill -9");
-    let _ = child.wait();
+    s.kill_at("inferlog-compactor", &["--once"], "INFERLOG_COMPACTOR_PAUSE_AFTER", "supplemented", "paused.log");
     let (code, _) = s.run("inferlog-compactor", &["--once"], "resume.log");
     assert_eq!(code, 0, "{}", s.log("resume.log"));
     assert!(s.hot_days().is_empty(), "the late rows dropped: {:?}", s.hot_days());
