@@ -233,7 +233,7 @@ impl BatchBuilder {
 }
 
 /// Forwards Parquet bytes to a multipart upload, hashing them on the way.
-struct HashingUpload {
+pub(crate) struct HashingUpload {
     inner: BufWriter,
     hasher: Sha256,
     bytes: u64,
@@ -269,10 +269,10 @@ pub struct Archiver {
     pub sort_memory_bytes: u64,
 }
 
-struct OpenObject {
-    writer: AsyncArrowWriter<HashingUpload>,
-    key: String,
-    rows: u64,
+pub(crate) struct OpenObject {
+    pub(crate) writer: AsyncArrowWriter<HashingUpload>,
+    pub(crate) key: String,
+    pub(crate) rows: u64,
     done: Arc<Mutex<Option<(String, u64)>>>,
 }
 
@@ -317,7 +317,7 @@ impl Archiver {
             .build()
     }
 
-    fn open(&self, day: Day, part: u32, key: String) -> Result<OpenObject, CompactorError> {
+    pub(crate) fn open(&self, day: Day, part: u32, key: String) -> Result<OpenObject, CompactorError> {
         let upload = BufWriter::with_capacity(self.cold.store().clone(), Path::from(key.as_str()), UPLOAD_PART_BYTES)
             .with_max_concurrency(self.config.upload_concurrency);
         let done = Arc::new(Mutex::new(None));
@@ -327,7 +327,7 @@ impl Archiver {
         Ok(OpenObject { writer, key, rows: 0, done })
     }
 
-    async fn close(&self, object: OpenObject) -> Result<WrittenObject, CompactorError> {
+    pub(crate) async fn close(&self, object: OpenObject) -> Result<WrittenObject, CompactorError> {
         let OpenObject { writer, key, rows, done } = object;
         let closing = std::time::Instant::now();
         let metadata = writer.close().await.map_err(|source| CompactorError::Parquet { operation: "close", key: key.clone(), source })?;

@@ -8,12 +8,14 @@
 //! Postgres) → [`aggregate`] (exact percentiles from ClickHouse joined to
 //! the fold) → [`publish`] (priced, into Postgres) → release (the hot
 //! partition dropped and audited, once past the hot retention).
-//! [`measures`] names the measures every stage after the archive describes.
+//! [`measures`] names the measures every stage after the archive describes;
+//! [`erase`] writes an archived object again without an erased user's rows.
 
 pub mod aggregate;
 pub mod archive;
 pub mod config;
 pub mod day;
+pub mod erase;
 pub mod error;
 pub mod fold;
 pub mod format;

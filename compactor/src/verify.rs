@@ -40,7 +40,7 @@ use crate::format::{archive_schema, WrittenObject, FINGERPRINT_COLUMNS};
 
 /// Column aggregates of the objects read back, comparable to a [`DayFingerprint`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct ReadBack {
+pub(crate) struct ReadBack {
     rows: u64,
     input_tokens: u64,
     output_tokens: u64,
@@ -50,7 +50,19 @@ struct ReadBack {
 }
 
 impl ReadBack {
-    fn fingerprint(&self) -> DayFingerprint {
+    /// Adds the fingerprint columns of a batch of rows.
+    pub(crate) fn add(&mut self, ts: &[i64], input: &[i64], output: &[i64], errors: &[i32]) {
+        self.rows += ts.len() as u64;
+        self.input_tokens += input.iter().map(|v| *v as u64).sum::<u64>();
+        self.output_tokens += output.iter().map(|v| *v as u64).sum::<u64>();
+        self.errors += errors.iter().filter(|v| **v != 0).count() as u64;
+        for &t in ts {
+            self.min_ts = Some(self.min_ts.map_or(t, |m| m.min(t)));
+            self.max_ts = Some(self.max_ts.map_or(t, |m| m.max(t)));
+        }
+    }
+
+    pub(crate) fn fingerprint(&self) -> DayFingerprint {
         if self.rows == 0 {
             return DayFingerprint::EMPTY;
         }
@@ -302,14 +314,7 @@ async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) 
         let input = batch.column(1).as_primitive_opt::<Int64Type>().ok_or_else(|| wrong_type(1))?;
         let output = batch.column(2).as_primitive_opt::<Int64Type>().ok_or_else(|| wrong_type(2))?;
         let errors = batch.column(3).as_primitive_opt::<Int32Type>().ok_or_else(|| wrong_type(3))?;
-        total.rows += batch.num_rows() as u64;
-        total.input_tokens += input.values().iter().map(|v| *v as u64).sum::<u64>();
-        total.output_tokens += output.values().iter().map(|v| *v as u64).sum::<u64>();
-        total.errors += errors.values().iter().filter(|v| **v != 0).count() as u64;
-        for &t in ts.values().iter() {
-            total.min_ts = Some(total.min_ts.map_or(t, |m| m.min(t)));
-            total.max_ts = Some(total.max_ts.map_or(t, |m| m.max(t)));
-        }
+        total.add(ts.values(), input.values(), output.values(), errors.values());
     }
     Ok((total.rows, total))
 }

@@ -248,12 +248,17 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> A
     let aggregates_present: BTreeSet<String> = inventory.aggregate_days.keys().map(|d| day_string(*d)).collect();
     for d in &inventory.deletions {
         let present = match d.tier.as_str() {
+            // An erasure removes some users' rows of a day, not the day: `audit --user-ids` proves it.
+            "hot" if d.action == "erase_rows" => false,
             "hot" => hot_present.contains(&d.unit),
             "rejects" => rejects_present.contains(&d.unit),
             "aggregates" => aggregates_present.contains(&d.unit),
             // A superseded object's key may be written again by a later
             // archive of its day: then the manifest lists it, and it is new.
-            "cold" if d.action == "delete_superseded" => listed.contains(d.unit.as_str()) && !manifested.contains(d.unit.as_str()),
+            // Nor may a key an erasure wrote again (the day archived anew from the hot tier).
+            "cold" if d.action == "delete_superseded" || d.action.starts_with("erase_") => {
+                listed.contains(d.unit.as_str()) && !manifested.contains(d.unit.as_str())
+            }
             "cold" => listed.contains(d.unit.as_str()),
             _ => false,
         };

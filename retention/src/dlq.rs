@@ -179,6 +179,73 @@ pub async fn oldest(kafka: &KafkaConfig) -> Result<BTreeMap<i32, Option<i64>>, S
     .map_err(|e| format!("reading the oldest messages: {e}"))?
 }
 
+/// What one DLQ partition holds of an erasure request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hits {
+    /// Messages whose bytes contain one of the request's ids.
+    pub messages: u64,
+    /// The newest such message's timestamp (epoch ms).
+    pub newest_ms: Option<i64>,
+}
+
+/// How long reading the whole topic for [`search`] may take.
+const SEARCH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Reads every message of the topic (assigned, no group, nothing committed)
+/// and counts, per partition, those whose payload contains one of `needles`.
+pub async fn search(kafka: &KafkaConfig, needles: Vec<String>) -> Result<BTreeMap<i32, Hits>, String> {
+    let mut config = inferlog_store::kafka::client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
+    config.set("group.id", "inferlog-retention-erase").set("enable.auto.commit", "false").set("enable.partition.eof", "true");
+    let topic = kafka.dlq_topic.clone();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = config.create().map_err(|e| format!("consumer: {e}"))?;
+        let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).map_err(|e| format!("metadata: {e}"))?;
+        if let Some(e) = metadata.topics().first().and_then(|t| t.error()) {
+            return Err(format!("metadata of the topic: {e:?}"));
+        }
+        let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+        let mut list = TopicPartitionList::new();
+        let mut hits: BTreeMap<i32, Hits> = BTreeMap::new();
+        let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
+        for p in &partitions {
+            let (low, high) = consumer.fetch_watermarks(&topic, *p, TIMEOUT).map_err(|e| format!("watermarks: {e}"))?;
+            hits.insert(*p, Hits::default());
+            if high > low {
+                ends.insert(*p, high);
+                list.add_partition_offset(&topic, *p, Offset::Offset(low)).map_err(|e| format!("assign: {e}"))?;
+            }
+        }
+        consumer.assign(&list).map_err(|e| format!("assign: {e}"))?;
+        let deadline = Instant::now() + SEARCH_TIMEOUT;
+        while !ends.is_empty() {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .ok_or_else(|| format!("{} partitions not read to their end within {}s", ends.len(), SEARCH_TIMEOUT.as_secs()))?;
+            match consumer.poll(left.min(Duration::from_millis(500))) {
+                None => {}
+                Some(Ok(m)) => {
+                    let payload = m.payload().unwrap_or_default();
+                    if needles.iter().any(|n| payload.windows(n.len()).any(|w| w == n.as_bytes())) {
+                        let h = hits.entry(m.partition()).or_default();
+                        h.messages += 1;
+                        h.newest_ms = h.newest_ms.max(m.timestamp().to_millis());
+                    }
+                    if ends.get(&m.partition()).is_some_and(|end| m.offset() + 1 >= *end) {
+                        ends.remove(&m.partition());
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    ends.remove(&p);
+                }
+                Some(Err(e)) => return Err(format!("reading the topic: {e}")),
+            }
+        }
+        Ok(hits)
+    })
+    .await
+    .map_err(|e| format!("reading the topic: {e}"))?
+}
+
 /// The topic's settings and oldest messages.
 pub async fn inspect(kafka: &KafkaConfig) -> DlqTopic {
     let (settings, oldest) = tokio::join!(settings(kafka), oldest(kafka));

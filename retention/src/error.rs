@@ -10,6 +10,12 @@ pub enum RetentionError {
     /// A tier could not be reached or read: the command exits with the error's class (75 unreachable, 2 misconfigured), never passes silently.
     #[error("{tier} tier: {source}")]
     Tier { tier: &'static str, source: StoreError },
+    /// Reading or writing a cold object (erasure): the compactor's error and its class.
+    #[error("cold tier: {0}")]
+    Cold(#[from] inferlog_compactor::CompactorError),
+    /// The work is not finished (a lock held elsewhere, a mutation still running): running again finishes it.
+    #[error("{0}")]
+    Incomplete(String),
 }
 
 impl RetentionError {
@@ -17,6 +23,8 @@ impl RetentionError {
         match self {
             RetentionError::Config(_) => ErrorClass::Fail,
             RetentionError::Tier { source, .. } => source.class(),
+            RetentionError::Cold(e) => e.class(),
+            RetentionError::Incomplete(_) => ErrorClass::Retry,
         }
     }
 

@@ -1,7 +1,10 @@
 //! `inferlog-retention --config FILE enforce [--dry-run] [--now T] [--daemon]`
-//! and `inferlog-retention --config FILE audit [--format text|json] [--now T]`.
+//! `inferlog-retention --config FILE audit [--format text|json] [--now T] [--user-ids FILE [--hashed]]`
+//! and `inferlog-retention --config FILE erase --user-ids FILE [--hashed] [--request-id ID] [--receipt FILE]`.
 //! Exit 0 clean, 1 when the work found problems (violations, refused
-//! deletions), 2 on usage or config errors or when a tier cannot be reached.
+//! deletions, a tier still holding an erased user), 2 on usage or config
+//! errors (a hash key missing or not the tiers'), 75 when a tier cannot be
+//! reached or the work is unfinished (run it again).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use inferlog_retention::audit::{audit, render_text};
 use inferlog_retention::config::Config;
 use inferlog_retention::enforce::{enforce, Action, Outcome};
+use inferlog_retention::erase::{erase, find, render_holdings, Request};
 use inferlog_retention::inventory::{Inventory, Stores};
 use inferlog_retention::metrics::{self, Metrics};
 use inferlog_retention::RetentionError;
@@ -52,7 +56,45 @@ enum Command {
         /// Evaluate policies as of this instant (RFC 3339) instead of now.
         #[arg(long)]
         now: Option<String>,
+        /// Instead of the policies: prove that no tier holds these users
+        /// (one id per line; plaintext, hashed with the configured key, unless --hashed).
+        #[arg(long)]
+        user_ids: Option<PathBuf>,
+        /// The --user-ids file holds stored hashes (`<key id>:<hex>`), not plaintext ids.
+        #[arg(long, requires = "user_ids")]
+        hashed: bool,
     },
+    /// Remove every row of some users from every tier, and write a receipt (JSON, also on stdout).
+    Erase {
+        /// One user id per line (plaintext, hashed with the configured key, unless --hashed).
+        #[arg(long)]
+        user_ids: PathBuf,
+        /// The file holds stored hashes (`<key id>:<hex>`), not plaintext ids.
+        #[arg(long)]
+        hashed: bool,
+        /// The request's id in the receipt, the audit rows and the rewritten objects' keys
+        /// (default: derived from the users, so the same request run again is the same request).
+        #[arg(long)]
+        request_id: Option<String>,
+        /// Also write the receipt to this file.
+        #[arg(long)]
+        receipt: Option<PathBuf>,
+    },
+}
+
+/// The request named by `--user-ids` (and `--hashed`).
+fn request(config: &Config, user_ids: &std::path::Path, hashed: bool, id: Option<String>) -> Result<Request, RetentionError> {
+    let text = std::fs::read_to_string(user_ids).map_err(|e| RetentionError::Config(format!("--user-ids {}: {e}", user_ids.display())))?;
+    if hashed {
+        return Request::parse(&text, None, id);
+    }
+    let hasher = inferlog_schema::hash::UserIdHasher::from_env(config.schema.hash_key_id.as_deref())
+        .map_err(|e| RetentionError::Config(format!("plaintext --user-ids need the hash key the tiers were written with: {e}")))?;
+    Request::parse(&text, Some(&hasher), id)
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, RetentionError> {
+    serde_json::to_string_pretty(value).map_err(|e| RetentionError::Config(e.to_string()))
 }
 
 fn out(text: &str) {
@@ -137,7 +179,30 @@ async fn run(args: Args) -> Result<i32, RetentionError> {
     let config = Config::load(&args.config)?;
     let stores = Stores::connect(&config).await?;
     match args.command {
-        Command::Audit { format, now } => {
+        Command::Audit { format, user_ids: Some(user_ids), hashed, .. } => {
+            let request = request(&config, &user_ids, hashed, None)?;
+            let holdings = find(&stores, &config, &request).await?;
+            match format {
+                Format::Text => out(render_holdings(&request, &holdings).trim_end()),
+                Format::Json => out(&json(&holdings)?),
+            }
+            Ok(if holdings.held() { 1 } else { 0 })
+        }
+        Command::Erase { user_ids, hashed, request_id, receipt } => {
+            let request = request(&config, &user_ids, hashed, request_id)?;
+            let done = erase(&stores, &config, &request).await?;
+            let text = json(&done)?;
+            if let Some(path) = receipt {
+                let tmp = path.with_extension("tmp");
+                std::fs::write(&tmp, format!("{text}\n"))
+                    .and_then(|()| std::fs::rename(&tmp, &path))
+                    .map_err(|e| RetentionError::Config(format!("--receipt {}: {e}", path.display())))?;
+            }
+            out(&text);
+            tracing::info!(request = %done.request_id, outcome = done.outcome, hot = done.hot.rows_removed, cold = done.cold.rows_removed, "erase finished");
+            Ok(0)
+        }
+        Command::Audit { format, now, .. } => {
             let today = today(now.as_deref())?;
             let inventory = Inventory::take(&stores, &config).await?;
             let report = audit(&inventory, &config.retention, today);

@@ -131,7 +131,7 @@ const ERRORS: [(i32, u32, &[&str]); 8] = [
     (1008, 12, &["decode", "postprocess"]),
 ];
 
-const USERS: u32 = 20_000;
+pub const USERS: u32 = 20_000;
 
 fn pick<'a, T>(rng: &mut ChaCha8Rng, items: &'a [T], weight: impl Fn(&T) -> u32) -> &'a T {
     let total: u32 = items.iter().map(&weight).sum();

@@ -111,22 +111,26 @@ pub fn day_of(date: NaiveDate) -> Day {
 
 use chrono::Datelike;
 
-/// A held per-day advisory lock. It lives on its own connection; `unlock`
-/// releases it, and if the process dies Postgres releases it with the connection.
+/// Held per-day advisory locks (one day, or several). They live on their
+/// own connection; `unlock` releases them, and if the process dies
+/// Postgres releases them with the connection.
 #[derive(Debug)]
 pub struct DayLock {
     conn: Option<sqlx::pool::PoolConnection<Postgres>>,
     space: i32,
-    day: Day,
+    days: Vec<Day>,
 }
 
 impl DayLock {
     pub async fn unlock(mut self) {
         if let Some(mut conn) = self.conn.take() {
-            let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(self.space).bind(self.day).execute(&mut *conn).await;
-            if unlocked.is_err() {
-                // The lock may still be held by this session: never reuse it.
-                conn.close_on_drop();
+            for &day in &self.days {
+                let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(self.space).bind(day).execute(&mut *conn).await;
+                if unlocked.is_err() {
+                    // The lock may still be held by this session: never reuse it.
+                    conn.close_on_drop();
+                    return;
+                }
             }
         }
     }
@@ -195,7 +199,29 @@ impl Catalog {
             .fetch_one(&mut *conn)
             .await
             .map_err(StoreError::postgres("advisory lock"))?;
-        Ok(locked.then_some(DayLock { conn: Some(conn), space: self.lock_space, day }))
+        Ok(locked.then_some(DayLock { conn: Some(conn), space: self.lock_space, days: vec![day] }))
+    }
+
+    /// Takes the advisory locks of every day of `days` on one connection,
+    /// or none of them if another replica holds one.
+    pub async fn try_lock_days(&self, days: &[Day]) -> Result<Option<DayLock>, StoreError> {
+        let conn = self.pool.acquire().await.map_err(StoreError::postgres("acquire"))?;
+        let mut lock = DayLock { conn: Some(conn), space: self.lock_space, days: Vec::with_capacity(days.len()) };
+        for &day in days {
+            let Some(conn) = lock.conn.as_mut() else { break };
+            let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+                .bind(self.lock_space)
+                .bind(day)
+                .fetch_one(&mut **conn)
+                .await
+                .map_err(StoreError::postgres("advisory lock"))?;
+            if !locked {
+                lock.unlock().await;
+                return Ok(None);
+            }
+            lock.days.push(day);
+        }
+        Ok(Some(lock))
     }
 
     pub async fn day(&self, day: Day) -> Result<Option<DayRecord>, StoreError> {
@@ -269,20 +295,33 @@ impl Catalog {
         for e in entries {
             upsert_manifest_row(&mut *tx, e).await?;
         }
-        let recorded: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM retention_audit WHERE tier = $1 AND unit = $2 AND action = $3 AND detail = $4 AND NOT dry_run)",
-        )
-        .bind(audit.tier)
-        .bind(&audit.unit)
-        .bind(audit.action)
-        .bind(&audit.detail)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::postgres("read audit table"))?;
-        if !recorded {
-            insert_audit(&mut *tx, audit).await?;
-        }
+        insert_audit_once(&mut tx, audit).await?;
         tx.commit().await.map_err(StoreError::postgres("commit supplement"))
+    }
+
+    /// Writes `entry` unless the same deletion (tier, unit, action and
+    /// detail) is already recorded: a step a killed run audited and a
+    /// resumed run repeats is recorded once.
+    pub async fn audit_once(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(StoreError::postgres("connect"))?;
+        insert_audit_once(&mut conn, entry).await
+    }
+
+    /// Replaces the manifest row of `old_key` with `new` (or removes it),
+    /// with the audit row of the change, atomically (an object rewritten
+    /// without an erased user's rows, or left with no rows).
+    pub async fn replace_object(&self, old_key: &str, new: Option<&ManifestEntry>, audit: &AuditEntry) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
+        sqlx::query("DELETE FROM cold_manifest WHERE object_key = $1")
+            .bind(old_key)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::postgres("replace manifest row"))?;
+        if let Some(e) = new {
+            upsert_manifest_row(&mut *tx, e).await?;
+        }
+        insert_audit(&mut *tx, audit).await?;
+        tx.commit().await.map_err(StoreError::postgres("commit manifest row"))
     }
 
     /// The manifest rows of one day, or of every day.
@@ -326,6 +365,23 @@ impl Catalog {
     pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
         insert_audit(&self.pool, entry).await
     }
+}
+
+async fn insert_audit_once(conn: &mut sqlx::PgConnection, audit: &AuditEntry) -> Result<(), StoreError> {
+    let recorded: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM retention_audit WHERE tier = $1 AND unit = $2 AND action = $3 AND detail = $4 AND NOT dry_run)",
+    )
+    .bind(audit.tier)
+    .bind(&audit.unit)
+    .bind(audit.action)
+    .bind(&audit.detail)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(StoreError::postgres("read audit table"))?;
+    if !recorded {
+        insert_audit(&mut *conn, audit).await?;
+    }
+    Ok(())
 }
 
 /// One manifest row, replacing the row of the same object if there is one.

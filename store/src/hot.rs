@@ -202,6 +202,84 @@ impl HotTier {
         Ok(if fp.rows == 0 { DayFingerprint::EMPTY } else { fp })
     }
 
+    /// Whether the hot table exists (a fresh deployment has none yet).
+    pub async fn exists(&self) -> Result<bool, StoreError> {
+        #[derive(Debug, Row, Deserialize)]
+        struct Count {
+            n: u64,
+        }
+        let sql = "SELECT count() AS n FROM system.tables WHERE database = ? AND name = ?";
+        let row = self.client.query(sql).bind(&self.database).bind(&self.table).fetch_one::<Count>().await.map_err(self.error("table lookup"))?;
+        Ok(row.n > 0)
+    }
+
+    /// `user_id_hash IN (?, …)` with one placeholder per hash.
+    fn users_in(hashes: &[String]) -> String {
+        format!("user_id_hash IN ({})", vec!["?"; hashes.len()].join(", "))
+    }
+
+    /// Rows per day whose `user_id_hash` is one of `hashes` (every stored
+    /// row, producer retries not yet collapsed included), oldest day first.
+    pub async fn user_rows(&self, hashes: &[String]) -> Result<Vec<(Day, u64)>, StoreError> {
+        #[derive(Debug, Row, Deserialize)]
+        struct PerDay {
+            day: String,
+            n: u64,
+        }
+        if hashes.is_empty() || !self.exists().await? {
+            return Ok(Vec::new());
+        }
+        let sql =
+            format!("SELECT toString(day) AS day, count() AS n FROM {} WHERE {} GROUP BY day ORDER BY day", self.qualified(), Self::users_in(hashes));
+        let mut query = self.client.query(&sql);
+        for h in hashes {
+            query = query.bind(h);
+        }
+        let rows = query.fetch_all::<PerDay>().await.map_err(self.error("count a user's rows"))?;
+        rows.into_iter()
+            .map(|r| crate::parse_day(&r.day).map(|d| (d, r.n)).ok_or_else(|| StoreError::Config(format!("{}: day {:?}", self.qualified(), r.day))))
+            .collect()
+    }
+
+    /// The key ids (before the `:`) the stored user id hashes were made with.
+    pub async fn user_key_ids(&self) -> Result<Vec<String>, StoreError> {
+        #[derive(Debug, Row, Deserialize)]
+        struct KeyId {
+            key_id: String,
+        }
+        if !self.exists().await? {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT DISTINCT substring(assumeNotNull(user_id_hash), 1, position(assumeNotNull(user_id_hash), ':') - 1) AS key_id              FROM {} WHERE isNotNull(user_id_hash) ORDER BY key_id",
+            self.qualified()
+        );
+        let rows = self.client.query(&sql).fetch_all::<KeyId>().await.map_err(self.error("list hash key ids"))?;
+        Ok(rows.into_iter().map(|r| r.key_id).collect())
+    }
+
+    /// Starts a mutation deleting every row of `hashes` (on every part,
+    /// whatever its day); [`HotTier::mutations_running`] tells when it is done.
+    pub async fn delete_users(&self, hashes: &[String]) -> Result<(), StoreError> {
+        let sql = format!("ALTER TABLE {} DELETE WHERE {}", self.qualified(), Self::users_in(hashes));
+        let mut query = self.client.query(&sql);
+        for h in hashes {
+            query = query.bind(h);
+        }
+        query.execute().await.map_err(self.error("delete a user's rows"))
+    }
+
+    /// Mutations of the hot table not yet applied to every part.
+    pub async fn mutations_running(&self) -> Result<u64, StoreError> {
+        #[derive(Debug, Row, Deserialize)]
+        struct Count {
+            n: u64,
+        }
+        let sql = "SELECT count() AS n FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0";
+        let row = self.client.query(sql).bind(&self.database).bind(&self.table).fetch_one::<Count>().await.map_err(self.error("read mutations"))?;
+        Ok(row.n)
+    }
+
     /// Drops one day's partition. Dropping a day that holds nothing succeeds,
     /// so a drop repeated after a crash is harmless.
     pub async fn drop_day(&self, day: Day) -> Result<(), StoreError> {
