@@ -1,0 +1,204 @@
+//! Messages into the batch. In: a chunk of Kafka messages with the
+//! rebalance generation each was received under. Out: the rebalance
+//! events before each message applied, then each message normalized (on
+//! the normalizing threads, the whole chunk together) and taken in offset
+//! order into the batch as a row, a skipped replay or retry, or a reject
+//! (redacted for the DLQ); a batch that fills up is flushed on the way.
+
+use super::*;
+
+impl Pipeline {
+    /// Applies every rebalance event received so far (between chunks).
+    pub(super) fn apply_rebalances(&mut self) -> Result<(), IngestError> {
+        self.apply_through(u64::MAX)
+    }
+
+    /// Applies the rebalance events that came before a message received
+    /// under `generation`.
+    pub(super) fn apply_through(&mut self, generation: u64) -> Result<(), IngestError> {
+        // Asked for every message: nothing new costs one atomic load.
+        let through = generation.min(self.rebalances.generation());
+        if through <= self.applied {
+            return Ok(());
+        }
+        self.applied = through;
+        for event in self.rebalances.take_through(through) {
+            match event {
+                RebalanceEvent::Revoked(list) => {
+                    metrics::rebalanced(&self.metrics, "revoke", &list);
+                    self.batch.drop_partitions(&list);
+                    let keys: Vec<PartitionKey> = list.iter().map(|(t, p)| (self.topic(t).0, *p)).collect();
+                    self.partitions.revoke(&keys);
+                }
+                RebalanceEvent::Assigned(list) => {
+                    metrics::rebalanced(&self.metrics, "assign", &list);
+                    // A partition paused during a wait and assigned again
+                    // after it stays paused in librdkafka: never here.
+                    let mut tpl = TopicPartitionList::with_capacity(list.len());
+                    for (t, p) in &list {
+                        tpl.add_partition(t, *p);
+                    }
+                    let _ = self.consumer.resume(&tpl);
+                    let keys: Vec<PartitionKey> = list.iter().map(|(t, p)| (self.topic(t).0, *p)).collect();
+                    self.partitions.assign(&keys)?;
+                    // An empty assignment is not one to drain.
+                    self.assigned_once |= !list.is_empty();
+                }
+            }
+        }
+        metrics::inflight(&self.metrics, self.buffered_rows());
+        Ok(())
+    }
+
+    /// The shared name of a topic and its per-topic metrics.
+    pub(super) fn topic(&mut self, name: &str) -> TopicEntry {
+        if let Some(t) = self.topics.get(name) {
+            return t.clone();
+        }
+        let t = (Arc::from(name), metrics::messages_counter(&self.metrics, name));
+        self.topics.insert(name.to_owned(), t.clone());
+        t
+    }
+
+    /// Normalizes a chunk of messages together, then takes them one by one
+    /// in order, each after the rebalance events received before it; a
+    /// batch that fills up on the way is handed to the writer.
+    pub(super) async fn handle_chunk<M: Message>(&mut self, messages: &[(M, u64)]) -> Result<(), IngestError> {
+        let received_ms = now_ms();
+        let topics: Vec<TopicEntry> = messages.iter().map(|(m, _)| self.topic(m.topic())).collect();
+        let mut inputs = Vec::with_capacity(messages.len());
+        for ((m, _), (topic, _)) in messages.iter().zip(&topics) {
+            let partition = table_partition(topic, m.partition())?;
+            inputs.push(Input { payload: m.payload().unwrap_or_default(), topic, partition, offset: m.offset() });
+        }
+        let pieces = self.normalizer.normalize(&inputs, received_ms);
+        drop(inputs);
+        let mut messages = messages.iter().zip(topics);
+        let mut skews = crate::skew::Samples::default();
+        for piece in pieces {
+            for outcome in piece.outcomes {
+                let Some(((message, generation), topic)) = messages.next() else { break };
+                self.apply_through(*generation)?;
+                self.handle(message, topic, outcome, &piece.bytes, received_ms, &mut skews).await?;
+                if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
+                    self.after_full = true;
+                    self.flush().await?;
+                }
+            }
+        }
+        skews.flush();
+        Ok(())
+    }
+
+    /// Handles what arrived while a wait served the consumer (normally
+    /// nothing: the partitions were paused).
+    pub(super) async fn handle_carried(&mut self) -> Result<(), IngestError> {
+        while !self.carry.is_empty() {
+            let carried = std::mem::take(&mut self.carry);
+            self.handle_chunk(&carried).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes one message whose payload normalized to `outcome` (a row
+    /// encoded in `encoded`, or a rejection).
+    pub(super) async fn handle<M: Message>(
+        &mut self,
+        message: &M,
+        (topic, consumed): TopicEntry,
+        outcome: Outcome,
+        encoded: &[u8],
+        received_ms: i64,
+        skews: &mut crate::skew::Samples,
+    ) -> Result<(), IngestError> {
+        let (partition, offset) = (message.partition(), message.offset());
+        let key: PartitionKey = (topic.clone(), partition);
+        // One lookup for a started partition, the common case.
+        let mut state = match self.partitions.state(&key) {
+            Some(state) => state,
+            None => match self.partitions.status(&key) {
+                Status::NotOwned => {
+                    metrics::unowned_message(&self.metrics, &topic, partition, offset);
+                    return Ok(());
+                }
+                // Never started while stopping: it is left to the next run.
+                Status::NotStarted if *self.writer.shutdown.borrow() => return Ok(()),
+                Status::NotStarted | Status::Started => {
+                    let task = tokio::spawn(partitions::lookup_start(self.broker.clone(), self.writer.clone(), self.metrics.clone(), key.clone()));
+                    match self.serve_while(task, "partition start").await? {
+                        Ok(state) => self.partitions.started(&key, state),
+                        Err(error) if *self.writer.shutdown.borrow() => {
+                            tracing::info!(%error, topic = %key.0, partition, "stopping before the partition started");
+                            return Ok(());
+                        }
+                        Err(error) => return Err(error),
+                    }
+                    // Revoked while it started (the wait served the consumer): not owned now.
+                    match self.partitions.state(&key) {
+                        Some(state) => state,
+                        None => return Ok(()),
+                    }
+                }
+            },
+        };
+        match state.classify(offset) {
+            Delivery::Next => {}
+            // Before the commit point: delivered again (a seek or an offset reset).
+            Delivery::Again => return Ok(()),
+            Delivery::Gap => {
+                let task = tokio::spawn(partitions::log_start(self.broker.clone(), key.clone()));
+                let log_start = self.serve_while(task, "log start lookup").await??;
+                state = match self.partitions.state(&key) {
+                    Some(state) => state,
+                    None => return Ok(()),
+                };
+                partitions::account_gap(&self.metrics, &key, state, offset, log_start);
+            }
+        }
+        state.advanced_to(offset);
+        self.summary.messages += 1;
+        consumed.inc();
+        if state.already_stored(offset) {
+            metrics::duplicate_skipped(&self.metrics, "replay");
+            self.summary.duplicates += 1;
+            self.batch.push_skipped(key, offset);
+            return Ok(());
+        }
+        let kafka_ms = crate::skew::kafka_ms(message.timestamp());
+        let rejection = match outcome {
+            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields } => {
+                if dropped_fields > 0 {
+                    metrics::fields_dropped(&self.metrics, dropped_fields);
+                }
+                if let Some(kafka_ms) = kafka_ms {
+                    let metrics = &self.metrics;
+                    skews.observe(&topic, || metrics::skew_histogram(metrics, &topic), crate::skew::seconds(timestamp_ms, kafka_ms));
+                }
+                let stored = self.recent.get(fingerprint).or_else(|| self.batch.request_ids.get(&fingerprint).copied());
+                match Seen::of(stored, content) {
+                    Seen::New => {
+                        self.batch.push_row(day, &encoded[range], (fingerprint, content), key, offset);
+                        return Ok(());
+                    }
+                    Seen::Retry => {
+                        metrics::duplicate_skipped(&self.metrics, "request_id");
+                        self.summary.duplicates += 1;
+                        self.batch.push_skipped(key, offset);
+                        return Ok(());
+                    }
+                    Seen::Conflict => Rejection::new(
+                        ReasonCode::RequestIdConflict,
+                        "request_id",
+                        "a different event with this request_id was already stored (ids must be unique per request; a retry must resend the same event)",
+                    ),
+                }
+            }
+            Outcome::Rejected(rejection) => crate::skew::explain(rejection, kafka_ms, received_ms),
+        };
+        metrics::event_rejected(&self.metrics, rejection.reason.as_str());
+        let Redacted { payload, key: source_key, original } = self.redactor.redact(message.payload().unwrap_or_default(), message.key());
+        let reject = Reject { payload, key: source_key, original, rejection, topic, partition, offset, received_ms };
+        self.batch.push_reject(reject, key);
+        Ok(())
+    }
+}
