@@ -62,6 +62,12 @@ impl DayFingerprint {
     }
 }
 
+/// One `count() AS n` answer.
+#[derive(Debug, Row, Deserialize)]
+struct Count {
+    n: u64,
+}
+
 #[derive(Debug, Row, Deserialize)]
 struct PartitionRow {
     partition_id: String,
@@ -160,10 +166,6 @@ impl HotTier {
 
     /// Active parts of one day's partition.
     pub async fn parts(&self, day: Day) -> Result<u64, StoreError> {
-        #[derive(Debug, Row, Deserialize)]
-        struct Count {
-            n: u64,
-        }
         let row = self
             .client
             .query("SELECT count() AS n FROM system.parts WHERE database = ? AND table = ? AND active AND partition_id = ?")
@@ -204,13 +206,13 @@ impl HotTier {
 
     /// Whether the hot table exists (a fresh deployment has none yet).
     pub async fn exists(&self) -> Result<bool, StoreError> {
-        #[derive(Debug, Row, Deserialize)]
-        struct Count {
-            n: u64,
-        }
-        let sql = "SELECT count() AS n FROM system.tables WHERE database = ? AND name = ?";
-        let row = self.client.query(sql).bind(&self.database).bind(&self.table).fetch_one::<Count>().await.map_err(self.error("table lookup"))?;
-        Ok(row.n > 0)
+        Ok(self.count_for_table("SELECT count() AS n FROM system.tables WHERE database = ? AND name = ?", "table lookup").await? > 0)
+    }
+
+    /// A `count() AS n` of a system table about this table (`database` and the table's name bound, in that order).
+    async fn count_for_table(&self, sql: &str, operation: &'static str) -> Result<u64, StoreError> {
+        let row = self.client.query(sql).bind(&self.database).bind(&self.table).fetch_one::<Count>().await.map_err(self.error(operation))?;
+        Ok(row.n)
     }
 
     /// `user_id_hash IN (?, …)` with one placeholder per hash.
@@ -271,13 +273,7 @@ impl HotTier {
 
     /// Mutations of the hot table not yet applied to every part.
     pub async fn mutations_running(&self) -> Result<u64, StoreError> {
-        #[derive(Debug, Row, Deserialize)]
-        struct Count {
-            n: u64,
-        }
-        let sql = "SELECT count() AS n FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0";
-        let row = self.client.query(sql).bind(&self.database).bind(&self.table).fetch_one::<Count>().await.map_err(self.error("read mutations"))?;
-        Ok(row.n)
+        self.count_for_table("SELECT count() AS n FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0", "read mutations").await
     }
 
     /// Drops one day's partition. Dropping a day that holds nothing succeeds,
