@@ -258,7 +258,7 @@ impl Dlq {
             match delivered(future).await {
                 Ok(()) => {
                     if let Some(t) = truncation {
-                        metrics::dlq_truncated(&self.metrics, r, t.keep);
+                        metrics::dlq_truncated(&self.metrics, &r.topic, r.partition, r.offset, r.payload.len(), t.keep);
                     }
                 }
                 Err(e) if too_large(&e) => {
@@ -288,7 +288,7 @@ impl Dlq {
             match outcome {
                 Ok(()) => {
                     if let Some(t) = &t {
-                        metrics::dlq_truncated(&self.metrics, r, t.keep);
+                        metrics::dlq_truncated(&self.metrics, &r.topic, r.partition, r.offset, r.payload.len(), t.keep);
                     }
                 }
                 Err(e) => {

@@ -237,12 +237,9 @@ pub fn offsets_lost(m: &Metrics, offsets: i64) {
 }
 
 /// A reject too large for the DLQ was written cut to `kept` bytes.
-pub fn dlq_truncated(m: &Metrics, r: &crate::dlq::Reject, kept: usize) {
+pub fn dlq_truncated(m: &Metrics, topic: &str, partition: i32, offset: i64, bytes: usize, kept: usize) {
     m.dlq_truncated.inc();
-    tracing::warn!(
-        topic = %r.topic, partition = r.partition, offset = r.offset, bytes = r.payload.len(), kept,
-        "reject larger than the DLQ takes: written truncated (headers carry its size and SHA-256)"
-    );
+    tracing::warn!(topic, partition, offset, bytes, kept, "reject larger than the DLQ takes: written truncated (headers carry its size and SHA-256)");
 }
 
 pub fn offset_gap(m: &Metrics, outcome: &'static str) {

@@ -12,37 +12,9 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectMeta, ObjectStore, ObjectStoreExt, RetryConfig};
 
-use crate::config::ColdConfig;
+use crate::config::{ColdConfig, ColdLocation};
 use crate::error::StoreError;
 use crate::Day;
-
-/// Where the archive lives, parsed from `cold.url`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ColdLocation {
-    S3 { bucket: String, prefix: String },
-    Local { dir: std::path::PathBuf },
-}
-
-impl ColdLocation {
-    pub fn parse(url: &str) -> Result<ColdLocation, StoreError> {
-        let parsed = url::Url::parse(url).map_err(|e| StoreError::Config(format!("cold.url {url:?}: {e}")))?;
-        match parsed.scheme() {
-            "s3" => {
-                let bucket = parsed.host_str().unwrap_or_default().to_owned();
-                if bucket.is_empty() {
-                    return Err(StoreError::Config(format!("cold.url {url:?}: no bucket")));
-                }
-                let prefix = parsed.path().trim_matches('/').to_owned();
-                Ok(ColdLocation::S3 { bucket, prefix })
-            }
-            "file" => {
-                let dir = parsed.to_file_path().map_err(|()| StoreError::Config(format!("cold.url {url:?}: not an absolute file path")))?;
-                Ok(ColdLocation::Local { dir })
-            }
-            other => Err(StoreError::Config(format!("cold.url {url:?}: scheme {other} is not s3 or file"))),
-        }
-    }
-}
 
 /// The archive: an object store and the prefix inferlog owns in it.
 #[derive(Debug, Clone)]

@@ -219,7 +219,7 @@ impl ColdConfig {
     }
 
     pub fn validate(&self) -> Result<(), StoreError> {
-        crate::cold::ColdLocation::parse(&self.url)?;
+        ColdLocation::parse(&self.url)?;
         if !(1024..=16_777_216).contains(&self.row_group_rows) {
             return Err(StoreError::Config("cold.row_group_rows must be 1024..=16777216".into()));
         }
@@ -292,6 +292,34 @@ impl RetentionConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// Where the archive lives, parsed from `cold.url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColdLocation {
+    S3 { bucket: String, prefix: String },
+    Local { dir: std::path::PathBuf },
+}
+
+impl ColdLocation {
+    pub fn parse(url: &str) -> Result<ColdLocation, StoreError> {
+        let parsed = url::Url::parse(url).map_err(|e| StoreError::Config(format!("cold.url {url:?}: {e}")))?;
+        match parsed.scheme() {
+            "s3" => {
+                let bucket = parsed.host_str().unwrap_or_default().to_owned();
+                if bucket.is_empty() {
+                    return Err(StoreError::Config(format!("cold.url {url:?}: no bucket")));
+                }
+                let prefix = parsed.path().trim_matches('/').to_owned();
+                Ok(ColdLocation::S3 { bucket, prefix })
+            }
+            "file" => {
+                let dir = parsed.to_file_path().map_err(|()| StoreError::Config(format!("cold.url {url:?}: not an absolute file path")))?;
+                Ok(ColdLocation::Local { dir })
+            }
+            other => Err(StoreError::Config(format!("cold.url {url:?}: scheme {other} is not s3 or file"))),
+        }
     }
 }
 
