@@ -1,5 +1,6 @@
 //! Aggregate stage. In: one closed day of hot rows (retries collapsed)
-//! and the histograms [`crate::fold`] counted from them. Out: the day's
+//! and what the store's one fold ([`inferlog_store::model::fold`])
+//! counted from them. Out: the day's
 //! [`Group`]s, which [`crate::publish`] writes to Postgres beside the
 //! fold's hours and error counts.
 //!
@@ -16,12 +17,12 @@ use clickhouse::Row;
 use inferlog_schema::{InputBucket, OutputBucket};
 use inferlog_store::cost::Usage;
 use inferlog_store::hot::{HotTier, ReadMode};
+use inferlog_store::model::fold::{self, GroupKey, Histograms, Totals};
+use inferlog_store::model::measures::{durations, COUNT, LEVELS};
 use inferlog_store::Day;
 use serde::Deserialize;
 
 use crate::error::CompactorError;
-use crate::fold::{GroupKey, Histograms};
-use crate::measures::{DURATIONS, LEVELS, MEASURES};
 
 /// One group of `daily_aggregates` as ClickHouse returns it.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -37,7 +38,7 @@ pub struct AggregateRow {
     pub output_tokens: u64,
     pub cache_hits: u64,
     pub cache_prefix_tokens: u64,
-    // Per duration, in [`DURATIONS`] order: how many rows carried it (RowBinary is positional, so one field each).
+    // Per duration, in [`durations`] order: how many rows carried it (RowBinary is positional, so one field each).
     pub present_total: u64,
     pub present_ttft: u64,
     pub present_tpot: u64,
@@ -68,7 +69,19 @@ impl AggregateRow {
         }
     }
 
-    /// Per duration in [`DURATIONS`] order: (rows that carried it, its quantiles at [`LEVELS`]).
+    /// The group's totals, as the fold counts them.
+    pub fn totals(&self) -> Totals {
+        Totals {
+            requests: self.requests,
+            errors: self.errors,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cache_hits: self.cache_hits,
+            cache_prefix_tokens: self.cache_prefix_tokens,
+        }
+    }
+
+    /// Per duration in [`durations`] order: (rows that carried it, its quantiles at [`LEVELS`]).
     pub fn durations(&self) -> [(u64, &[f64]); 6] {
         [
             (self.present_total, &self.q_total),
@@ -86,7 +99,7 @@ impl AggregateRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
     pub row: AggregateRow,
-    pub histograms: Histograms<MEASURES>,
+    pub histograms: Histograms<COUNT>,
 }
 
 /// `multiIf` mapping `column` to buckets given as (label, lowest value).
@@ -108,8 +121,8 @@ fn length_buckets_sql() -> (String, String) {
 
 fn aggregate_sql(table: &str, mode: ReadMode) -> String {
     let levels = LEVELS.map(|l| l.to_string()).join(", ");
-    let present: Vec<String> = DURATIONS.iter().map(|(c, _)| format!("count({c})")).collect();
-    let quantiles: Vec<String> = DURATIONS.iter().map(|(c, _)| format!("quantilesExact({levels})({c})")).collect();
+    let present: Vec<String> = durations().iter().map(|m| format!("count({})", m.expr)).collect();
+    let quantiles: Vec<String> = durations().iter().map(|m| format!("quantilesExact({levels})({})", m.expr)).collect();
     let (input, output) = length_buckets_sql();
     format!(
         "SELECT business_line, model_name, model_version, {input} AS input_bucket, {output} AS output_bucket, \
@@ -136,7 +149,7 @@ pub async fn compute(
     day: Day,
     mode: ReadMode,
     folded: u64,
-    daily: HashMap<GroupKey, Histograms<MEASURES>>,
+    daily: HashMap<GroupKey, fold::Group>,
 ) -> Result<Vec<Group>, CompactorError> {
     let date = inferlog_store::day_string(day);
     let rows =
@@ -146,7 +159,7 @@ pub async fn compute(
 
 /// Gives each group its folded histograms; refuses a group on one side
 /// only, or another number of requests.
-fn join(date: &str, rows: Vec<AggregateRow>, folded: u64, mut daily: HashMap<GroupKey, Histograms<MEASURES>>) -> Result<Vec<Group>, CompactorError> {
+fn join(date: &str, rows: Vec<AggregateRow>, folded: u64, mut daily: HashMap<GroupKey, fold::Group>) -> Result<Vec<Group>, CompactorError> {
     let disagree = |message: String| CompactorError::RowsChanged { day: date.to_owned(), step: "aggregated", message };
     let requests: u64 = rows.iter().map(|r| r.requests).sum();
     if requests != folded {
@@ -161,8 +174,12 @@ fn join(date: &str, rows: Vec<AggregateRow>, folded: u64, mut daily: HashMap<Gro
             bucket_label(&row.input_bucket),
             bucket_label(&row.output_bucket),
         );
-        let histograms = daily.remove(&key).ok_or_else(|| disagree(format!("the group {key:?} was not folded")))?;
-        groups.push(Group { row, histograms });
+        let folded = daily.remove(&key).ok_or_else(|| disagree(format!("the group {key:?} was not folded")))?;
+        let counted = row.totals();
+        if folded.totals != counted {
+            return Err(disagree(format!("the group {key:?} counts {counted:?} in ClickHouse but {:?} folded", folded.totals)));
+        }
+        groups.push(Group { row, histograms: folded.histograms });
     }
     if let Some(key) = daily.keys().next() {
         return Err(disagree(format!("the folded group {key:?} is not in ClickHouse's groups")));
@@ -180,7 +197,7 @@ mod tests {
     use inferlog_schema::histogram;
 
     use super::*;
-    use crate::measures::histograms;
+    use inferlog_store::model::measures::MEASURES;
 
     #[test]
     fn buckets_follow_the_spec() {
@@ -209,7 +226,7 @@ mod tests {
         let migration = include_str!("../../store/migrations/0002_histograms.sql");
         assert_eq!(histogram::RELATIVE_ERROR, 0.01);
         assert!(migration.contains("gamma constant double precision := (1 + 0.01) / (1 - 0.01);"), "the SQL quantile's γ");
-        for (_, prefix) in histograms() {
+        for prefix in MEASURES.iter().map(|m| m.prefix) {
             assert!(migration.contains(&format!("ADD COLUMN {prefix}_hist bigint[]")), "{prefix}_hist");
         }
         for b in OutputBucket::ALL {
@@ -253,10 +270,14 @@ mod tests {
         let key = |line: &str| (line.to_owned(), "m".to_owned(), "v1".to_owned(), "0-1k", "0-128");
         let mut counted = inferlog_schema::histogram::Histogram::new();
         counted.add(12.0);
-        let folded = |lines: &[&str]| -> HashMap<GroupKey, Histograms<MEASURES>> {
-            lines.iter().map(|l| (key(l), std::array::from_fn(|m| (m == 0).then(|| counted.clone())))).collect()
+        let folded = |lines: &[(&str, u64)]| -> HashMap<GroupKey, fold::Group> {
+            let group = |requests| fold::Group {
+                totals: Totals { requests, ..Totals::default() },
+                histograms: std::array::from_fn(|m| (m == 0).then(|| counted.clone())),
+            };
+            lines.iter().map(|&(l, requests)| (key(l), group(requests))).collect()
         };
-        let groups = join("2025-11-24", vec![group("chat", 2), group("search", 3)], 5, folded(&["search", "chat"])).expect("the same rows");
+        let groups = join("2025-11-24", vec![group("chat", 2), group("search", 3)], 5, folded(&[("search", 3), ("chat", 2)])).expect("the same rows");
         assert_eq!(
             groups.iter().map(|g| (g.row.business_line.as_str(), g.histograms[0].as_ref().map(|h| h.count()))).collect::<Vec<_>>(),
             [("chat", Some(1)), ("search", Some(1))]
@@ -265,11 +286,16 @@ mod tests {
             Err(e @ CompactorError::RowsChanged { .. }) => e.to_string(),
             other => panic!("expected rows changed, got {other:?}"),
         };
-        let message = refused(join("2025-11-24", vec![group("chat", 2)], 3, folded(&["chat"])));
+        let message = refused(join("2025-11-24", vec![group("chat", 2)], 3, folded(&[("chat", 2)])));
         assert!(message.contains("2 requests in the groups but 3 rows folded"), "{message}");
-        let message = refused(join("2025-11-24", vec![group("chat", 2), group("ads", 1)], 3, folded(&["chat"])));
+        let message = refused(join("2025-11-24", vec![group("chat", 2), group("ads", 1)], 3, folded(&[("chat", 2)])));
         assert!(message.contains("\"ads\"") && message.contains("was not folded"), "{message}");
-        let message = refused(join("2025-11-24", vec![group("chat", 3)], 3, folded(&["chat", "search"])));
+        let message = refused(join("2025-11-24", vec![group("chat", 3)], 3, folded(&[("chat", 3), ("search", 1)])));
         assert!(message.contains("\"search\"") && message.contains("not in ClickHouse's groups"), "{message}");
+        // The same rows in each group, but one more failed in ClickHouse's count than in the fold's.
+        let mut failed = group("chat", 2);
+        failed.errors = 1;
+        let message = refused(join("2025-11-24", vec![failed], 2, folded(&[("chat", 2)])));
+        assert!(message.contains("errors: 1") && message.contains("errors: 0") && message.contains("folded"), "{message}");
     }
 }

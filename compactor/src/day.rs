@@ -24,11 +24,11 @@ use inferlog_store::{Day, Policy};
 use crate::aggregate;
 use crate::archive::Archiver;
 use crate::error::CompactorError;
-use crate::fold::{DayFold, Folded};
 use crate::format::WrittenObject;
 use crate::metrics::{self, Metrics};
 use crate::publish;
 use crate::verify::verify_day;
+use inferlog_store::model::fold::{DayFold, Folded};
 
 /// Test hook ([`inferlog_store::test_hooks`]): `<state>`, `superseded` (after
 /// the first superseded object's audit row, before its deletion),
@@ -204,7 +204,7 @@ impl DayWork {
                 Some(fold) => fold,
                 None => self.archiver.fold_day(day, mode, DayFold::default()).await?,
             };
-            let Folded { rows, daily, hours, errors } = fold.finish();
+            let Folded { rows, daily, hours, errors, .. } = fold.finish();
             let groups = async {
                 let groups = aggregate::compute(&self.hot, day, mode, rows, daily).await?;
                 let now = self.hot.fingerprint(day, mode).await?;

@@ -17,13 +17,13 @@ use arrow_array::{BooleanArray, RecordBatch, StringArray};
 use futures_util::TryStreamExt;
 use inferlog_store::catalog::ManifestEntry;
 use inferlog_store::cold::ColdStore;
+use inferlog_store::model::archive::archive_schema;
 use inferlog_store::Day;
 use object_store::path::Path;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
 use crate::archive::Archiver;
 use crate::error::CompactorError;
-use crate::format::archive_schema;
 use crate::verify::{verify_day, ObjectReader, ReadBack};
 
 /// The column erasure matches on.
@@ -131,7 +131,7 @@ impl Archiver {
             .and_then(|kv| kv.iter().find(|e| e.key == "inferlog.part"))
             .and_then(|e| e.value.as_deref()?.parse::<u32>().ok())
             .unwrap_or(0);
-        let mut batches = builder.with_batch_size(crate::archive::BATCH_ROWS).build().map_err(&err)?;
+        let mut batches = builder.with_batch_size(inferlog_store::model::archive::BATCH_ROWS).build().map_err(&err)?;
         let schema = archive_schema();
         let mut kept = ReadBack::default();
         let mut removed = 0u64;

@@ -3,12 +3,12 @@
 //! driven per day by [`day`] and per pass by [`service`]:
 //!
 //! ClickHouse day partition → [`archive`] (Parquet objects on the cold
-//! store; each row also to [`fold`]: histograms, hours, errors) →
+//! store; each row also to the store's one fold,
+//! [`inferlog_store::model::fold`]: histograms, hours, errors) →
 //! [`verify`] (read back, matched against ClickHouse; manifest in
 //! Postgres) → [`aggregate`] (exact percentiles from ClickHouse joined to
 //! the fold) → [`publish`] (priced, into Postgres) → release (the hot
 //! partition dropped and audited, once past the hot retention).
-//! [`measures`] names the measures every stage after the archive describes;
 //! [`erase`] writes an archived object again without an erased user's rows.
 
 pub mod aggregate;
@@ -17,9 +17,7 @@ pub mod config;
 pub mod day;
 pub mod erase;
 pub mod error;
-pub mod fold;
 pub mod format;
-pub mod measures;
 pub mod metrics;
 pub mod publish;
 pub mod reprice;

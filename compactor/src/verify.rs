@@ -20,6 +20,7 @@ use inferlog_schema::SCHEMA_VERSION;
 use inferlog_store::catalog::ManifestEntry;
 use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::DayFingerprint;
+use inferlog_store::model::archive::archive_schema;
 use inferlog_store::{Day, StoreError};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
@@ -36,7 +37,7 @@ use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use sha2::{Digest, Sha256};
 
 use crate::error::CompactorError;
-use crate::format::{archive_schema, WrittenObject, FINGERPRINT_COLUMNS};
+use crate::format::{WrittenObject, FINGERPRINT_COLUMNS};
 
 /// Column aggregates of the objects read back, comparable to a [`DayFingerprint`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -327,9 +328,10 @@ fn archive_type(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::{ArchiveRow, BatchBuilder};
     use crate::format::fingerprint_ranges;
     use inferlog_schema::ErrorClass;
+    use inferlog_store::model::archive::BatchBuilder;
+    use inferlog_store::model::stored::StoredRow;
     use inferlog_store::ColdConfig;
     use parquet::arrow::ArrowWriter;
     use parquet::file::metadata::KeyValue;
@@ -349,7 +351,7 @@ mod tests {
         let mut builder = BatchBuilder::new(archive_schema());
         let mut expected = ReadBack::default();
         for (i, id) in ids.iter().enumerate() {
-            let row = ArchiveRow {
+            let row = StoredRow {
                 timestamp_ms: 1_764_000_000_000 + i as u64 * 37,
                 request_id: id,
                 business_line: "search",

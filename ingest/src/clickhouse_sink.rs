@@ -1,5 +1,5 @@
 //! The ClickHouse stage. In: batches of rows already encoded as RowBinary
-//! ([`HotRow::encode`]), one UTC day per insert, and the log of rejected
+//! ([`inferlog_store::model::rows::HotRow::encode`]), one UTC day per insert, and the log of rejected
 //! messages, one UTC day per insert. Out: rows durable in the hot tier.
 //!
 //! Exactly once without transactions: every row carries its Kafka
@@ -9,7 +9,7 @@
 //! ([`crate::replay_log`]) which offsets past the committed one are
 //! already handled and skips them.
 //!
-//! Every INSERT names its columns ([`inferlog_store::tables`]): a column an
+//! Every INSERT names its columns ([`inferlog_store::model::tables`]): a column an
 //! operator adds is left to its default. At start the tables are created
 //! if missing and compared with what ingest writes: a missing column or
 //! another type stops ingest (exit 2) naming it, before anything is
@@ -21,161 +21,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use clickhouse::{Client, Row};
-use inferlog_schema::{InferenceEvent, SCHEMA_VERSION};
-use inferlog_store::tables::{self, ExistingColumn, Shape};
+use inferlog_store::model::rows::RejectRow;
+use inferlog_store::model::tables::{self, ExistingColumn, Shape};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ClickHouseConfig;
 use crate::error::IngestError;
 use crate::in_flight::{self, InsertIds};
-
-/// One hot row: the normalized event plus where it came from. Field order
-/// is the column order of the table (RowBinary is positional).
-#[derive(Debug, Clone, PartialEq, Row, Serialize)]
-pub struct HotRow {
-    /// UTC day of the event, days since 1970-01-01 (ClickHouse `Date`).
-    pub day: u16,
-    /// Event time, whole seconds (ClickHouse `DateTime`), for time-range filters.
-    pub event_time: u32,
-    pub timestamp_ms: u64,
-    pub request_id: String,
-    pub business_line: String,
-    pub model_name: String,
-    pub model_version: String,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
-    pub total_latency_ms: f64,
-    pub error_code: i32,
-    pub error_stage: Option<&'static str>,
-    pub user_id_hash: Option<String>,
-    pub tenant: Option<String>,
-    pub session_id: Option<String>,
-    pub request_type: Option<String>,
-    pub queue_wait_ms: Option<f64>,
-    pub prefill_time_ms: Option<f64>,
-    pub decode_time_ms: Option<f64>,
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub gpu_id: Option<u32>,
-    pub batch_size: Option<u32>,
-    pub cache_hit: Option<u8>,
-    pub cache_prefix_tokens: Option<u32>,
-    pub gpu_mem_peak_mb: Option<f64>,
-    pub truncated: Option<u8>,
-    pub schema_version: u8,
-    /// Shared by every row of the topic: no allocation per row.
-    pub kafka_topic: std::sync::Arc<str>,
-    pub kafka_partition: u16,
-    pub kafka_offset: u64,
-    pub ingested_at: u32,
-}
-
-impl HotRow {
-    pub fn new(e: InferenceEvent, topic: std::sync::Arc<str>, partition: u16, offset: i64, ingested_at: u32) -> HotRow {
-        // Timestamps are validated to lie in 2000..2100, so these fit.
-        let day = e.timestamp_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY) as u16;
-        HotRow {
-            day,
-            event_time: (e.timestamp_ms / 1000) as u32,
-            timestamp_ms: e.timestamp_ms as u64,
-            request_id: e.request_id,
-            business_line: e.business_line,
-            model_name: e.model_name,
-            model_version: e.model_version,
-            input_tokens: e.input_tokens,
-            output_tokens: e.output_tokens,
-            total_latency_ms: e.total_latency_ms,
-            error_code: e.error_code,
-            error_stage: e.error_stage.map(|s| s.as_str()),
-            user_id_hash: e.user_id_hash,
-            tenant: e.tenant,
-            session_id: e.session_id,
-            request_type: e.request_type,
-            queue_wait_ms: e.queue_wait_ms,
-            prefill_time_ms: e.prefill_time_ms,
-            decode_time_ms: e.decode_time_ms,
-            ttft_ms: e.ttft_ms,
-            tpot_ms: e.tpot_ms,
-            gpu_id: e.gpu_id,
-            batch_size: e.batch_size,
-            cache_hit: e.cache_hit.map(u8::from),
-            cache_prefix_tokens: e.cache_prefix_tokens,
-            gpu_mem_peak_mb: e.gpu_mem_peak_mb,
-            truncated: e.truncated.map(u8::from),
-            schema_version: SCHEMA_VERSION as u8,
-            kafka_topic: topic,
-            kafka_partition: partition,
-            kafka_offset: offset as u64,
-            ingested_at,
-        }
-    }
-
-    /// Appends the row in ClickHouse's RowBinary format, in the column
-    /// order of [`tables::HOT`]: a batch holds its rows encoded (about
-    /// 330 bytes a row, against about 750 as a `HotRow` with its strings),
-    /// and the normalizing threads encode them. Checked against the
-    /// `clickhouse` crate's own serializer of this struct on a real server
-    /// (`tests/tests/ingest.rs`). Returns how many of the bytes written are
-    /// the event itself (what two retries of one request share); the rest
-    /// are its Kafka coordinates and ingest time.
-    pub fn encode(&self, out: &mut Vec<u8>) -> usize {
-        let start = out.len();
-        out.extend_from_slice(&self.day.to_le_bytes());
-        out.extend_from_slice(&self.event_time.to_le_bytes());
-        out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
-        put_str(out, &self.request_id);
-        put_str(out, &self.business_line);
-        put_str(out, &self.model_name);
-        put_str(out, &self.model_version);
-        out.extend_from_slice(&self.input_tokens.to_le_bytes());
-        out.extend_from_slice(&self.output_tokens.to_le_bytes());
-        out.extend_from_slice(&self.total_latency_ms.to_le_bytes());
-        out.extend_from_slice(&self.error_code.to_le_bytes());
-        put_nullable(out, self.error_stage, put_str);
-        for text in [&self.user_id_hash, &self.tenant, &self.session_id, &self.request_type] {
-            put_nullable(out, text.as_deref(), put_str);
-        }
-        for ms in [self.queue_wait_ms, self.prefill_time_ms, self.decode_time_ms, self.ttft_ms, self.tpot_ms] {
-            put_nullable(out, ms, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        }
-        for count in [self.gpu_id, self.batch_size] {
-            put_nullable(out, count, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        }
-        put_nullable(out, self.cache_hit, |out, v| out.push(v));
-        put_nullable(out, self.cache_prefix_tokens, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        put_nullable(out, self.gpu_mem_peak_mb, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        put_nullable(out, self.truncated, |out, v| out.push(v));
-        out.push(self.schema_version);
-        let event = out.len() - start;
-        put_str(out, &self.kafka_topic);
-        out.extend_from_slice(&self.kafka_partition.to_le_bytes());
-        out.extend_from_slice(&self.kafka_offset.to_le_bytes());
-        out.extend_from_slice(&self.ingested_at.to_le_bytes());
-        event
-    }
-}
-
-/// A RowBinary `String`: its length as an unsigned LEB128, then its bytes.
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    let mut len = s.len() as u64;
-    while len >= 0x80 {
-        out.push((len as u8) | 0x80);
-        len >>= 7;
-    }
-    out.push(len as u8);
-    out.extend_from_slice(s.as_bytes());
-}
-
-/// A RowBinary `Nullable(T)`: 1 for NULL, else 0 and the value.
-fn put_nullable<T>(out: &mut Vec<u8>, value: Option<T>, put: impl FnOnce(&mut Vec<u8>, T)) {
-    match value {
-        None => out.push(1),
-        Some(v) => {
-            out.push(0);
-            put(out, v);
-        }
-    }
-}
 
 /// Rows of one UTC day, RowBinary-encoded, as one INSERT: `chunks` are
 /// sent in order (one per partition of the batch, not copied again), and
@@ -195,22 +47,6 @@ pub fn table_partition(topic: &str, partition: i32) -> Result<u16, IngestError> 
     u16::try_from(partition).map_err(|_| {
         IngestError::Config(format!("partition {partition} of topic {topic} does not fit the tables' kafka_partition (UInt16, 0..=65535)"))
     })
-}
-
-/// One rejected message, as logged in ClickHouse next to the DLQ (so rejects
-/// are queryable by reason and day, and replays know what was rejected).
-#[derive(Debug, Clone, PartialEq, Row, Serialize)]
-pub struct RejectRow {
-    /// Day the message was received (its own timestamp may be unreadable).
-    pub day: u16,
-    pub received_at: u32,
-    pub reason: &'static str,
-    pub field: String,
-    pub message: String,
-    pub kafka_topic: String,
-    pub kafka_partition: u16,
-    pub kafka_offset: u64,
-    pub bytes: u32,
 }
 
 #[derive(Debug, Row, Deserialize)]
@@ -464,30 +300,9 @@ impl ClickHouseSink {
 mod tests {
     use super::*;
 
-    #[test]
-    fn strings_carry_their_length_as_leb128() {
-        let mut out = Vec::new();
-        put_str(&mut out, "ab");
-        assert_eq!(out, [2, b'a', b'b']);
-        for (len, prefix) in [(127usize, vec![0x7f]), (128, vec![0x80, 0x01]), (300, vec![0xac, 0x02]), (16_384, vec![0x80, 0x80, 0x01])] {
-            let mut out = Vec::new();
-            put_str(&mut out, &"x".repeat(len));
-            assert_eq!(out[..prefix.len()], prefix[..], "length {len}");
-            assert_eq!(out.len(), prefix.len() + len);
-        }
-        let mut out = Vec::new();
-        put_nullable(&mut out, None::<u8>, |out, v| out.push(v));
-        put_nullable(&mut out, Some(7u8), |out, v| out.push(v));
-        assert_eq!(out, [1, 0, 7]);
-    }
-
     /// The typed inserts name the columns of their table's shape, in order.
     #[test]
     fn the_rejects_row_is_the_rejects_tables_shape() {
-        let shape: Vec<&str> = tables::REJECTS.columns.iter().map(|c| c.name).collect();
-        assert_eq!(<RejectRow as Row>::COLUMN_NAMES, shape.as_slice());
-        let hot: Vec<&str> = tables::HOT.columns.iter().map(|c| c.name).collect();
-        assert_eq!(<HotRow as Row>::COLUMN_NAMES, hot.as_slice());
         assert_eq!(parse_version("18.16.1"), (18, 16));
     }
 

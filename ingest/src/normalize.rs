@@ -14,10 +14,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use inferlog_schema::{Contract, Rejection, UserIdHasher};
+use inferlog_store::model::rows::HotRow;
 use rayon::prelude::*;
 
 use crate::batch::fingerprint;
-use crate::clickhouse_sink::HotRow;
 use crate::error::IngestError;
 
 /// The most messages normalized together: a few milliseconds of work, so

@@ -5,7 +5,7 @@
 //! ([`StoredRanges`]), so the new reader skips them.
 //!
 //! The log is a small table keyed by partition and last offset (one row
-//! per batch and partition, [`inferlog_store::tables::REPLAY_LOG`]), so a
+//! per batch and partition, [`inferlog_store::model::tables::REPLAY_LOG`]), so a
 //! lookup reads an index range instead of scanning the hot table:
 //!
 //! - a range marked done (state 1) is skipped whole: every offset in it was
@@ -34,7 +34,7 @@ use crate::offsets::{RangeBuilder, StoredRanges};
 const INTENT: u8 = 0;
 const DONE: u8 = 1;
 
-/// One entry, as stored ([`inferlog_store::tables::REPLAY_LOG`]'s columns, in order).
+/// One entry, as stored ([`inferlog_store::model::tables::REPLAY_LOG`]'s columns, in order).
 #[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
 pub struct Entry {
     pub day: u16,
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn entries_are_the_replay_logs_shape() {
-        let shape: Vec<&str> = inferlog_store::tables::REPLAY_LOG.columns.iter().map(|c| c.name).collect();
+        let shape: Vec<&str> = inferlog_store::model::tables::REPLAY_LOG.columns.iter().map(|c| c.name).collect();
         assert_eq!(<Entry as Row>::COLUMN_NAMES, shape.as_slice());
         assert_eq!(day_list(&[20_000, 20_001]), "'2024-10-04', '2024-10-05'");
     }

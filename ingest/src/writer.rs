@@ -16,11 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{stream, StreamExt as _, TryStreamExt as _};
+use inferlog_store::model::rows::RejectRow;
 use inferlog_store::retry::{self, Retryable};
 use tokio::sync::watch;
 
 use crate::batch::{reject_day, Batch, BufferPool, Coverage};
-use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows, RejectRow};
+use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows};
 use crate::config::IngestConfig;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;

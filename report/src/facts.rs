@@ -1,5 +1,6 @@
 //! The tier-neutral facts every view is computed from. In: rows of either
-//! tier (hot rows folded by [`crate::source::hot`], aggregate rows read by
+//! tier (hot rows folded by the store's one fold, [`inferlog_store::model::fold`],
+//! in [`crate::source::hot`], aggregate rows read by
 //! [`crate::source::aggregates`]). Out: [`Facts`]: per day × business line
 //! × model × version × input bucket × output bucket the counts, cost and
 //! mergeable histograms; per hour the same with the busiest minute; error
@@ -15,23 +16,13 @@ use inferlog_schema::histogram::Histogram;
 use inferlog_store::Day;
 use serde::Serialize;
 
-/// The latency measures, in histogram order: (key used in the output, label).
-pub const LATENCIES: [(&str, &str); 6] =
-    [("total", "total"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("queue", "queue"), ("prefill", "prefill"), ("decode", "decode")];
-/// Index of the latency measures in [`LATENCIES`].
-pub const TOTAL: usize = 0;
-pub const TTFT: usize = 1;
-pub const TPOT: usize = 2;
-pub const QUEUE: usize = 3;
-pub const PREFILL: usize = 4;
-pub const DECODE: usize = 5;
-/// Index of the cached-prefix histogram (tokens) in a group's histograms.
-pub const CACHE_PREFIX: usize = 6;
+pub use inferlog_store::model::measures::{CACHE_PREFIX, DECODE, PREFILL, QUEUE, TOTAL, TPOT, TTFT};
+use inferlog_store::model::measures::{COUNT, DURATIONS};
 
-/// A group's histograms: the six latencies, then the cached prefix.
-pub type GroupHists = [Option<Histogram>; 7];
-/// An hour's histograms: the six latencies.
-pub type HourHists = [Option<Histogram>; 6];
+/// A group's histograms, one per measure ([`inferlog_store::model::measures::MEASURES`]).
+pub type GroupHists = [Option<Histogram>; COUNT];
+/// An hour's histograms: the durations.
+pub type HourHists = [Option<Histogram>; DURATIONS];
 
 /// Which tier answered a day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -81,7 +81,7 @@ pub struct HotTier {
     client: Client,
     pub database: String,
     pub table: String,
-    /// The rejects log ([`crate::tables::REJECTS`]): under the hot policy too.
+    /// The rejects log ([`crate::model::tables::REJECTS`]): under the hot policy too.
     pub rejects_table: String,
 }
 

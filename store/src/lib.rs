@@ -4,7 +4,8 @@
 //! more than one component needs.
 //!
 //! - [`hot`]: the ClickHouse hot table (day partitions, their fingerprint, dropping one).
-//! - [`tables`]: the shapes (columns, DDL, insert column lists, drift checks) of the tables ingest writes.
+//! - [`model`]: the tiers' data model: the tables' shapes, the rows written and read
+//!   back, the archive's schema, the measures and the one fold into aggregates.
 //! - [`catalog`]: Postgres, the system of record for what each tier holds:
 //!   the compactor's day states, the cold manifest, the aggregates, the
 //!   audit table of deletions, and the advisory locks replicas share.
@@ -26,10 +27,10 @@ pub mod error;
 pub mod hot;
 pub mod http;
 pub mod kafka;
+pub mod model;
 pub mod policy;
 pub mod release;
 pub mod retry;
-pub mod tables;
 pub mod test_hooks;
 
 pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};

@@ -331,11 +331,11 @@ impl Scenario {
     }
 }
 
-/// `database.table` with the hot table's columns (`inferlog_store::tables::HOT`)
+/// `database.table` with the hot table's columns (`inferlog_store::model::tables::HOT`)
 /// on a plain `MergeTree`, so a duplicate stays visible to `count()`.
 pub fn create_plain_hot_table(database: &str, table: &str) {
     let version = inferlog_store::hot::parse_version(&clickhouse("SELECT version()"));
-    let shape = inferlog_store::tables::Shape { engine: "MergeTree()", ..inferlog_store::tables::HOT };
+    let shape = inferlog_store::model::tables::Shape { engine: "MergeTree()", ..inferlog_store::model::tables::HOT };
     clickhouse(&format!("CREATE DATABASE IF NOT EXISTS {database}"));
     clickhouse(&shape.ddl(database, table, version));
 }

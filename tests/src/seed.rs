@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use inferlog_ingest::clickhouse_sink::{ClickHouseSink, EncodedRows, HotRow};
+use inferlog_ingest::clickhouse_sink::{ClickHouseSink, EncodedRows};
 use inferlog_schema::generate::{Generator, GeneratorConfig};
 use inferlog_schema::hash::UserIdHasher;
 use inferlog_schema::{Contract, ContractConfig, InferenceEvent};
+use inferlog_store::model::rows::HotRow;
 use inferlog_store::ClickHouseConfig;
 
 /// The hash key seeded rows are hashed with.

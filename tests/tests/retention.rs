@@ -301,11 +301,11 @@ fn folder_markers_left_by_pyarrow_are_not_objects() {
 
 /// Seeds the rejects log with `per_day` rejected messages on each day from
 /// `today + first` to `today + last` (the ingest DDL of
-/// `inferlog_store::tables::REJECTS`, rows written by SQL, not by inferlog).
+/// `inferlog_store::model::tables::REJECTS`, rows written by SQL, not by inferlog).
 fn seed_rejects(s: &TierScenario, first: i32, last: i32, per_day: u64) {
     let version = inferlog_store::hot::parse_version(&inferlog_tests::clickhouse("SELECT version()"));
     let (database, table) = s.rejects_table().split_once('.').map(|(d, t)| (d.to_owned(), t.to_owned())).expect("database.table");
-    inferlog_tests::clickhouse(&inferlog_store::tables::REJECTS.ddl(&database, &table, version));
+    inferlog_tests::clickhouse(&inferlog_store::model::tables::REJECTS.ddl(&database, &table, version));
     let days = (last - first + 1) as u64;
     inferlog_tests::clickhouse(&format!(
         "INSERT INTO {} (day, received_at, reason, field, message, kafka_topic, kafka_partition, kafka_offset, bytes) \

@@ -10,6 +10,9 @@ use inferlog_store::{Day, StoreError};
 use sqlx::Row as _;
 
 use crate::error::ReportError;
+use inferlog_store::model::aggregates::{hist_column, DAILY_COUNTS, DAILY_KEY, ERROR_COLUMNS};
+use inferlog_store::model::measures::MEASURES;
+
 use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Tier, TPOT, TTFT};
 use crate::source::Filter;
 
@@ -63,11 +66,9 @@ fn common(row: &sqlx::postgres::PgRow) -> Result<(Day, String, String, String, S
     ))
 }
 
-const LATENCY_COLUMNS: [&str; 6] = ["total_latency_hist", "ttft_hist", "tpot_hist", "queue_wait_hist", "prefill_hist", "decode_hist"];
-
 /// The hourly histograms a report shows (TTFT and TPOT per hour); the
 /// others stay in Postgres (they are most of the hourly rows' bytes).
-const HOURLY_HISTOGRAMS: [(usize, &str); 2] = [(TTFT, "ttft_hist"), (TPOT, "tpot_hist")];
+const HOURLY_HISTOGRAMS: [usize; 2] = [TTFT, TPOT];
 
 /// Reads `days` from the aggregates tier; the hourly rows only when `hours`.
 pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool) -> Result<Facts, ReportError> {
@@ -76,12 +77,10 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
         return Ok(facts);
     }
     let dates: Vec<chrono::NaiveDate> = days.iter().map(|&d| date_of(d)).collect();
-    let hists = LATENCY_COLUMNS.join(", ");
+    let hist_columns: Vec<String> = (0..MEASURES.len()).map(hist_column).collect();
+    let hists = hist_columns.join(", ");
 
-    let sql = format!(
-        "SELECT day, business_line, model_name, model_version, input_bucket, output_bucket, requests, errors, input_tokens, \
-         output_tokens, cache_hits, cache_prefix_tokens, cost_usd, {hists}, cache_prefix_hist FROM daily_aggregates {WHERE}"
-    );
+    let sql = format!("SELECT {}, {}, {hists} FROM daily_aggregates {WHERE}", DAILY_KEY.join(", "), DAILY_COUNTS.join(", "));
     let rows = fetch(catalog, &sql, &dates, filter, "read daily aggregates").await?;
     for row in rows {
         let read = || -> Result<(GroupKey, Counts), sqlx::Error> {
@@ -91,8 +90,8 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
         };
         let (key, counts) = read().map_err(pg("read daily aggregates"))?;
         let mut group = GroupFacts { counts, ..GroupFacts::default() };
-        for (i, column) in LATENCY_COLUMNS.iter().chain(["cache_prefix_hist"].iter()).enumerate() {
-            group.hists[i] = histogram(row.try_get(*column).map_err(pg("read daily aggregates"))?, column)?;
+        for (i, column) in hist_columns.iter().enumerate() {
+            group.hists[i] = histogram(row.try_get(column.as_str()).map_err(pg("read daily aggregates"))?, column)?;
         }
         facts.groups.insert(key, group);
     }
@@ -101,7 +100,7 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
         "SELECT (extract(epoch FROM hour) / 3600)::bigint AS hour_number, business_line, model_name, model_version, requests, errors, \
          input_tokens, output_tokens, cache_prefix_tokens, cost_usd, (extract(epoch FROM peak_minute) / 60)::bigint AS peak_minute_number, \
          peak_minute_requests, peak_minute_tokens, {} FROM hourly_aggregates {WHERE}",
-        HOURLY_HISTOGRAMS.map(|(_, c)| c).join(", ")
+        HOURLY_HISTOGRAMS.map(hist_column).join(", ")
     );
     let rows = if hours { fetch(catalog, &sql, &dates, filter, "read hourly aggregates").await? } else { Vec::new() };
     for row in rows {
@@ -122,15 +121,14 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
             Ok((key, hour))
         };
         let (key, mut hour) = read().map_err(pg("read hourly aggregates"))?;
-        for (i, column) in HOURLY_HISTOGRAMS {
-            hour.hists[i] = histogram(row.try_get(column).map_err(pg("read hourly aggregates"))?, column)?;
+        for i in HOURLY_HISTOGRAMS {
+            let column = hist_column(i);
+            hour.hists[i] = histogram(row.try_get(column.as_str()).map_err(pg("read hourly aggregates"))?, &column)?;
         }
         facts.hours.insert(key, hour);
     }
 
-    let sql = format!(
-        "SELECT day, business_line, model_name, model_version, input_bucket, error_code, error_name, error_stage, errors FROM daily_errors {WHERE}"
-    );
+    let sql = format!("SELECT {} FROM daily_errors {WHERE}", ERROR_COLUMNS.join(", "));
     let rows = fetch(catalog, &sql, &dates, filter, "read error counts").await?;
     for row in rows {
         let read = || -> Result<(ErrorKey, ErrorFacts), sqlx::Error> {

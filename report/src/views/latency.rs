@@ -7,13 +7,15 @@
 
 use std::collections::BTreeMap;
 
+use inferlog_store::model::measures::{DURATIONS, LEVELS};
+
 use crate::document::{Cell, Kind, Table};
 use crate::facts::{Facts, Summary, DECODE, PREFILL, QUEUE, TOTAL};
 use crate::views::{bucket_rank, groups, summary, Context};
 
-const LEVELS: [f64; 3] = [0.5, 0.95, 0.99];
-
-/// The percentile columns: per measure in [`crate::facts::LATENCIES`] order, p50/p95/p99.
+/// The percentile columns: per duration in
+/// [`inferlog_store::model::measures::durations`] order, at each of
+/// [`LEVELS`] (the measures' keys and labels; a test checks they agree).
 pub const PERCENTILE_COLUMNS: [(&str, &str); 18] = [
     ("total_p50_ms", "total p50"),
     ("total_p95_ms", "total p95"),
@@ -45,7 +47,7 @@ pub fn dominant_stage(s: &Summary) -> &'static str {
 }
 
 fn percentiles(s: &Summary) -> Vec<Cell> {
-    (0..6).flat_map(|m| LEVELS.map(|q| Cell::num(s.quantile(m, q), Kind::Ms))).collect()
+    (0..DURATIONS).flat_map(|m| LEVELS.map(|q| Cell::num(s.quantile(m, q), Kind::Ms))).collect()
 }
 
 pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
@@ -107,7 +109,19 @@ pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
 
 #[cfg(test)]
 mod tests {
+    use inferlog_store::model::measures::durations;
+
     use super::*;
+
+    #[test]
+    fn percentile_columns_are_the_durations_at_each_level() {
+        let derived: Vec<(String, String)> = durations()
+            .iter()
+            .flat_map(|m| LEVELS.map(|q| (format!("{}_p{}_ms", m.key, (q * 100.0).round()), format!("{} p{}", m.label, (q * 100.0).round()))))
+            .collect();
+        let written: Vec<(String, String)> = PERCENTILE_COLUMNS.iter().map(|(k, l)| (k.to_string(), l.to_string())).collect();
+        assert_eq!(written, derived);
+    }
     use crate::facts::{GroupFacts, GroupKey};
     use inferlog_schema::histogram::Histogram;
 

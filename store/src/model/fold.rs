@@ -1,15 +1,14 @@
-//! Fold stage. In: one day's hot rows ([`ArchiveRow`]) as the archive
-//! stage streams them to Parquet (or, when the day was archived by an
-//! earlier run, as [`crate::archive::Archiver::fold_day`] streams them
-//! again). Out: [`Folded`]: per daily group (business line × model ×
-//! version × input bucket × output bucket) its mergeable histograms; per
-//! UTC hour × business line × model × version its totals, busiest minute
-//! and duration histograms; the error counts. [`crate::aggregate`] joins
-//! the daily histograms to ClickHouse's exact percentiles.
+//! The one fold from hot rows to aggregates. In: one UTC day's hot rows
+//! ([`FoldRow`]), as the compactor streams them to the archive or the
+//! report reads them from the hot tier. Out: [`Folded`]: per daily group
+//! (business line × model × version × input bucket × output bucket) its
+//! counts and mergeable histograms; per UTC hour × business line × model
+//! × version its totals, busiest minute and duration histograms; the error
+//! counts; and, when asked, each hashed user's requests and tokens.
 //!
-//! Counting while archiving reads each row from ClickHouse once for both
-//! tiers: three scans of the day (hours, errors, histogram inputs) and the
-//! transfer of a million rows' measures a second time went away.
+//! The compactor publishes a day's fold to Postgres and the report folds a
+//! hot day with this same code, so a question has the same answer from
+//! either tier by construction.
 //!
 //! Rows arrive in the table's key order (business line, model, version,
 //! time), so a series is looked up once per run of rows and its hour once
@@ -17,12 +16,11 @@
 
 use std::collections::HashMap;
 
+use crate::cost::Usage;
+use crate::model::measures::{self, COUNT, DURATIONS};
+use crate::model::stored::FoldRow;
 use inferlog_schema::histogram::{self, Histogram};
 use inferlog_schema::{InputBucket, OutputBucket};
-use inferlog_store::cost::Usage;
-
-use crate::archive::{ArchiveRow, RowSink};
-use crate::measures::{self, DURATIONS, MEASURES};
 
 /// One histogram per measure (`None`: no row carried it).
 pub type Histograms<const N: usize> = [Option<Histogram>; N];
@@ -63,11 +61,11 @@ impl HourRow {
     }
 }
 
-/// An hour with its duration histograms in [`DURATIONS`] order.
+/// An hour with its duration histograms in [`measures::durations`] order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hour {
     pub row: HourRow,
-    pub histograms: Histograms<{ DURATIONS.len() }>,
+    pub histograms: Histograms<DURATIONS>,
 }
 
 /// Failed requests of one business line × model × version × input bucket × code × stage.
@@ -83,16 +81,46 @@ pub struct ErrorRow {
     pub errors: u64,
 }
 
+/// The additive figures of a daily group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub requests: u64,
+    pub errors: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Requests the prefix cache served (`cache_hit` = 1).
+    pub cache_hits: u64,
+    pub cache_prefix_tokens: u64,
+}
+
+/// A daily group: its totals and a histogram per measure in
+/// [`measures::MEASURES`] order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub totals: Totals,
+    pub histograms: Histograms<COUNT>,
+}
+
+/// One hashed user's use of a day.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserUse {
+    pub requests: u64,
+    /// Input plus output tokens.
+    pub tokens: u64,
+}
+
 /// What a day's rows fold into.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Folded {
     /// Rows folded.
     pub rows: u64,
-    pub daily: HashMap<GroupKey, Histograms<MEASURES>>,
+    pub daily: HashMap<GroupKey, Group>,
     /// Ordered by hour, business line, model, version.
     pub hours: Vec<Hour>,
     /// Ordered by business line, model, version, input bucket, code, stage.
     pub errors: Vec<ErrorRow>,
+    /// Per hashed user (only when the fold counts users).
+    pub users: HashMap<String, UserUse>,
 }
 
 /// An hour being counted.
@@ -106,7 +134,7 @@ struct HourCount {
     cache_prefix_tokens: u64,
     /// Per minute of the hour: requests and tokens.
     minutes: [(u64, u64); 60],
-    histograms: Histograms<{ DURATIONS.len() }>,
+    histograms: Histograms<DURATIONS>,
 }
 
 /// One business line × model × version being counted.
@@ -116,7 +144,7 @@ struct Series {
     model_name: String,
     model_version: String,
     /// Per input × output bucket (`input * 5 + output`).
-    daily: Vec<Option<Box<Histograms<MEASURES>>>>,
+    daily: Vec<Option<Box<Group>>>,
     hours: Vec<HourCount>,
     /// The index in `hours` of the previous row's hour.
     last_hour: usize,
@@ -124,23 +152,25 @@ struct Series {
     errors: Vec<(InputBucket, i32, String, u64)>,
 }
 
-/// The fold of one day's rows; [`RowSink`] for the archive's stream.
+/// The fold of one day's rows.
 #[derive(Debug, Default)]
 pub struct DayFold {
     series: Vec<Series>,
     /// The series of the previous row.
     last: Option<usize>,
     rows: u64,
-}
-
-impl RowSink for DayFold {
-    fn row(&mut self, row: &ArchiveRow<'_>) {
-        self.add(row);
-    }
+    /// `Some` when the fold counts users.
+    users: Option<HashMap<String, UserUse>>,
 }
 
 impl DayFold {
-    fn series_of(&mut self, row: &ArchiveRow<'_>) -> usize {
+    /// A fold that also counts each hashed user's use (the hot tier's
+    /// per-user attribution; the aggregates keep no users).
+    pub fn counting_users() -> DayFold {
+        DayFold { users: Some(HashMap::new()), ..DayFold::default() }
+    }
+
+    fn series_of(&mut self, row: &FoldRow<'_>) -> usize {
         let same = |s: &Series| s.business_line == row.business_line && s.model_name == row.model_name && s.model_version == row.model_version;
         if let Some(i) = self.last.filter(|i| same(&self.series[*i])) {
             return i;
@@ -160,13 +190,14 @@ impl DayFold {
     }
 
     /// Counts one row.
-    pub fn add(&mut self, row: &ArchiveRow<'_>) {
+    pub fn add(&mut self, row: &FoldRow<'_>) {
         self.rows += 1;
         let s = self.series_of(row);
         let series = &mut self.series[s];
         let input = InputBucket::of(row.input_tokens);
         let slot = input as usize * OutputBucket::ALL.len() + OutputBucket::of(row.output_tokens) as usize;
-        let daily = series.daily[slot].get_or_insert_with(|| Box::new(std::array::from_fn(|_| None)));
+        let daily =
+            series.daily[slot].get_or_insert_with(|| Box::new(Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) }));
 
         let hour_number = row.timestamp_ms / 3_600_000;
         if series.hours.get(series.last_hour).is_none_or(|h| h.hour != hour_number) {
@@ -194,12 +225,19 @@ impl DayFold {
         let minute = &mut hour.minutes[((row.timestamp_ms / 60_000) % 60) as usize];
         minute.0 += 1;
         minute.1 += tokens;
+        let totals = &mut daily.totals;
+        totals.requests += 1;
+        totals.errors += u64::from(row.error_code != 0);
+        totals.input_tokens += u64::from(row.input_tokens);
+        totals.output_tokens += u64::from(row.output_tokens);
+        totals.cache_hits += u64::from(row.cache_hit == Some(1));
+        totals.cache_prefix_tokens += u64::from(row.cache_prefix_tokens.unwrap_or(0));
 
         for (m, value) in measures::of_row(row).into_iter().enumerate() {
             let Some(v) = value else { continue };
             // Each value's bucket once; a duration counts in both histograms.
             let bucket = (v > 0.0).then(|| histogram::bucket(v));
-            daily[m].get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
+            daily.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
             if let Some(h) = hour.histograms.get_mut(m) {
                 h.get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
             }
@@ -213,18 +251,29 @@ impl DayFold {
                 None => series.errors.push((input, row.error_code, stage.to_owned(), 1)),
             }
         }
+
+        if let (Some(users), Some(user)) = (self.users.as_mut(), row.user_id_hash.filter(|u| !u.is_empty())) {
+            // Allocates for a user's first row only.
+            if !users.contains_key(user) {
+                users.insert(user.to_owned(), UserUse::default());
+            }
+            if let Some(u) = users.get_mut(user) {
+                u.requests += 1;
+                u.tokens += tokens;
+            }
+        }
     }
 
     /// The day's groups, hours (each with its busiest minute) and errors.
     pub fn finish(self) -> Folded {
-        let mut folded = Folded { rows: self.rows, ..Folded::default() };
+        let mut folded = Folded { rows: self.rows, users: self.users.unwrap_or_default(), ..Folded::default() };
         for s in self.series {
             let key =
                 |input: &'static str, output: &'static str| (s.business_line.clone(), s.model_name.clone(), s.model_version.clone(), input, output);
-            for (slot, histograms) in s.daily.into_iter().enumerate() {
-                let Some(histograms) = histograms else { continue };
+            for (slot, group) in s.daily.into_iter().enumerate() {
+                let Some(group) = group else { continue };
                 let (input, output) = (InputBucket::ALL[slot / OutputBucket::ALL.len()], OutputBucket::ALL[slot % OutputBucket::ALL.len()]);
-                folded.daily.insert(key(input.as_str(), output.as_str()), *histograms);
+                folded.daily.insert(key(input.as_str(), output.as_str()), *group);
             }
             for h in s.hours {
                 // The first of the busiest minutes.
@@ -284,14 +333,14 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::archive::sample_row;
+    use crate::model::stored::StoredRow;
 
     const HOUR_MS: u64 = 3_600_000;
     /// 2025-11-24 15:00 UTC, in hours since the epoch.
     const H: u64 = 490_383;
 
-    fn row(line: &'static str, minute: u64, input: u32, output: u32, error: (i32, Option<&'static str>)) -> ArchiveRow<'static> {
-        let mut r = sample_row();
+    fn row(line: &'static str, minute: u64, input: u32, output: u32, error: (i32, Option<&'static str>)) -> StoredRow<'static> {
+        let mut r = StoredRow::example();
         r.business_line = line;
         r.timestamp_ms = H * HOUR_MS + minute * 60_000 + 17;
         (r.input_tokens, r.output_tokens) = (input, output);
@@ -311,9 +360,10 @@ mod tests {
             row("search", 7, 10, 3, ok),
             row("search", 61, 10, 3, ok), // the next hour
         ];
-        let mut fold = DayFold::default();
-        for r in &rows {
-            fold.add(r);
+        let mut fold = DayFold::counting_users();
+        for (i, r) in rows.iter().enumerate() {
+            let user = ["u1", "u2", ""][i % 3];
+            fold.add(&FoldRow { user_id_hash: Some(user), ..r.fold_row() });
         }
         let folded = fold.finish();
         assert_eq!(folded.rows, 7);
@@ -323,6 +373,10 @@ mod tests {
         };
         assert_eq!(folded.daily.len(), 4, "{:?}", folded.daily.keys());
         let small = &folded.daily[&key("search", InputBucket::UpTo1k, OutputBucket::UpTo128)];
+        // Minutes 0, 5, 7 and 61 of search, one failed; every example row is a cache hit with a 4-token prefix.
+        let totals = Totals { requests: 4, errors: 1, input_tokens: 40, output_tokens: 12, cache_hits: 4, cache_prefix_tokens: 16 };
+        assert_eq!(small.totals, totals);
+        let small = &small.histograms;
         assert_eq!(small[0].as_ref().map(Histogram::count), Some(4), "total latency of the four short requests");
         assert_eq!(small[1], None, "no request carried a TTFT");
         assert_eq!(small[6].as_ref().map(Histogram::count), Some(4), "cache prefix");
@@ -357,6 +411,12 @@ mod tests {
             folded.errors.iter().map(|e| (e.input_bucket.as_str(), e.error_code, e.error_stage.as_str(), e.errors)).collect();
         // A missing stage and an empty one are one group.
         assert_eq!(errors, [("0-1k", 1003, "", 2), ("1k-2k", 1003, "decode", 1)]);
+
+        // Rows 0, 3, 6 are u1's, rows 1, 4 u2's; an empty user is no user.
+        assert_eq!(folded.users.len(), 2);
+        assert_eq!(folded.users["u1"], UserUse { requests: 3, tokens: 13 + 210 + 13 });
+        assert_eq!(folded.users["u2"], UserUse { requests: 2, tokens: 2003 + 13 });
+        assert!(DayFold::default().finish().users.is_empty(), "users only when counted");
     }
 
     #[test]
@@ -367,7 +427,7 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let lines = ["search", "chat", "ads"];
         let stages = [None, Some(""), Some("decode"), Some("prefill")];
-        let mut rows: Vec<ArchiveRow<'static>> = (0..2_000)
+        let mut rows: Vec<StoredRow<'static>> = (0..2_000)
             .map(|_| {
                 let error = if rng.gen_bool(0.2) { (rng.gen_range(1001..1004), stages[rng.gen_range(0..4)]) } else { (0, None) };
                 let mut r = row(lines[rng.gen_range(0..3)], rng.gen_range(0..180), rng.gen_range(0..40_000), rng.gen_range(0..10_000), error);
@@ -378,15 +438,16 @@ mod tests {
             })
             .collect();
         rows.sort_by_key(|r| (r.business_line, r.timestamp_ms));
-        let fold = |rows: &[ArchiveRow<'_>]| {
+        let fold = |rows: &[StoredRow<'_>]| {
             let mut fold = DayFold::default();
-            rows.iter().for_each(|r| fold.add(r));
+            rows.iter().for_each(|r| fold.add(&r.fold_row()));
             fold.finish()
         };
         let in_key_order = fold(&rows);
         rows.shuffle(&mut rng);
         assert_eq!(fold(&rows), in_key_order, "seed {seed}");
         assert_eq!(in_key_order.hours.iter().map(|h| h.row.requests).sum::<u64>(), 2_000);
-        assert_eq!(in_key_order.daily.values().map(|h| h[0].as_ref().map_or(0, Histogram::count)).sum::<u64>(), 2_000);
+        assert_eq!(in_key_order.daily.values().map(|g| g.totals.requests).sum::<u64>(), 2_000);
+        assert_eq!(in_key_order.daily.values().map(|g| g.histograms[0].as_ref().map_or(0, Histogram::count)).sum::<u64>(), 2_000);
     }
 }

@@ -1,0 +1,88 @@
+//! The aggregate tables in Postgres (`store/migrations`), as the compactor
+//! writes them and the report reads them. In: nothing. Out: each table's
+//! columns in insert order, derived from the [`MEASURES`] where they
+//! follow them.
+
+use crate::model::measures::{durations, LEVELS, MEASURES};
+
+/// The key of a daily group in `daily_aggregates`.
+pub const DAILY_KEY: [&str; 6] = ["day", "business_line", "model_name", "model_version", "input_bucket", "output_bucket"];
+
+/// A daily group's counts, then its cost (NULL: unpriced).
+pub const DAILY_COUNTS: [&str; 7] = ["requests", "errors", "input_tokens", "output_tokens", "cache_hits", "cache_prefix_tokens", "cost_usd"];
+
+/// The peak GPU memory figures of a daily group (MB).
+pub const GPU_MEMORY: [&str; 3] = ["gpu_mem_p50_mb", "gpu_mem_p99_mb", "gpu_mem_max_mb"];
+
+/// `daily_errors`, in insert order.
+pub const ERROR_COLUMNS: [&str; 9] =
+    ["day", "business_line", "model_name", "model_version", "input_bucket", "error_code", "error_name", "error_stage", "errors"];
+
+/// The column of a measure's mergeable histogram.
+pub fn hist_column(measure: usize) -> String {
+    format!("{}_hist", MEASURES[measure].prefix)
+}
+
+/// `daily_aggregates`, in insert order: the key, the counts and cost, each
+/// duration's percentiles at [`LEVELS`], the GPU memory figures, then a
+/// histogram per measure.
+pub fn daily_columns() -> Vec<String> {
+    let mut columns: Vec<String> = DAILY_KEY.iter().chain(&DAILY_COUNTS).map(|c| c.to_string()).collect();
+    for m in durations() {
+        for level in LEVELS {
+            columns.push(format!("{}_p{}_ms", m.prefix, (level * 100.0).round()));
+        }
+    }
+    columns.extend(GPU_MEMORY.map(String::from));
+    columns.extend((0..MEASURES.len()).map(hist_column));
+    columns
+}
+
+/// `hourly_aggregates`, in insert order: the hour and its series, the
+/// counts and cost, the busiest minute, then a histogram per duration.
+pub fn hourly_columns() -> Vec<String> {
+    let mut columns: Vec<String> = [
+        "hour",
+        "day",
+        "business_line",
+        "model_name",
+        "model_version",
+        "requests",
+        "errors",
+        "input_tokens",
+        "output_tokens",
+        "cache_prefix_tokens",
+        "cost_usd",
+        "peak_minute",
+        "peak_minute_requests",
+        "peak_minute_tokens",
+    ]
+    .map(String::from)
+    .to_vec();
+    columns.extend((0..durations().len()).map(hist_column));
+    columns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_columns_are_the_migrations() {
+        let migrations = [
+            include_str!("../../migrations/0001_catalog.sql"),
+            include_str!("../../migrations/0002_histograms.sql"),
+            include_str!("../../migrations/0003_hourly_cost.sql"),
+            include_str!("../../migrations/0004_errors_by_input_bucket.sql"),
+        ]
+        .concat();
+        for column in daily_columns().iter().chain(&hourly_columns()).map(String::as_str).chain(ERROR_COLUMNS) {
+            assert!(migrations.contains(&format!("{column} ")), "{column} is in no migration");
+        }
+        // 13 keys and counts, 18 percentiles, 3 GPU memory figures, 8 histograms.
+        assert_eq!(daily_columns().len(), 42);
+        assert!(daily_columns().contains(&"ttft_p95_ms".to_owned()));
+        assert_eq!(hourly_columns().len(), 14 + durations().len());
+        assert_eq!(hourly_columns().last().map(String::as_str), Some("decode_hist"));
+    }
+}

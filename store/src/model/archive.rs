@@ -1,0 +1,226 @@
+//! The archive's row format. In: [`StoredRow`]s. Out: Arrow record
+//! batches of [`archive_schema`], which the compactor writes as Parquet
+//! objects and reads back to verify.
+//!
+//! ## Archive schema (schema version 1)
+//!
+//! | column | Parquet type | null |
+//! |---|---|---|
+//! | timestamp | INT64 TIMESTAMP(MILLIS, UTC) | no |
+//! | request_id, business_line, model_name, model_version | BYTE_ARRAY UTF8 | no |
+//! | input_tokens, output_tokens | INT64 | no |
+//! | total_latency_ms | DOUBLE | no |
+//! | error_code | INT32 | no |
+//! | error_stage, user_id_hash, tenant, session_id, request_type | BYTE_ARRAY UTF8 | yes |
+//! | queue_wait_ms, prefill_time_ms, decode_time_ms, ttft_ms, tpot_ms | DOUBLE | yes |
+//! | gpu_id, batch_size, cache_prefix_tokens | INT64 | yes |
+//! | cache_hit, truncated | BOOLEAN | yes |
+//! | gpu_mem_peak_mb | DOUBLE | yes |
+//! | schema_version | INT32 | no |
+//! | kafka_topic | BYTE_ARRAY UTF8 | no |
+//! | kafka_partition | INT32 | no |
+//! | kafka_offset | INT64 | no |
+//! | ingested_at | INT64 TIMESTAMP(MILLIS, UTC) | no |
+//!
+
+use std::sync::Arc;
+
+use arrow_array::builder::{BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::model::stored::StoredRow;
+
+/// Rows per Arrow batch: what the archive's reader hands its encoder.
+pub const BATCH_ROWS: usize = 32_768;
+
+/// The Arrow schema of an archive object (see the module doc).
+pub fn archive_schema() -> SchemaRef {
+    let utc = || DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
+    let f = Field::new;
+    Arc::new(Schema::new(vec![
+        f("timestamp", utc(), false),
+        f("request_id", DataType::Utf8, false),
+        f("business_line", DataType::Utf8, false),
+        f("model_name", DataType::Utf8, false),
+        f("model_version", DataType::Utf8, false),
+        f("input_tokens", DataType::Int64, false),
+        f("output_tokens", DataType::Int64, false),
+        f("total_latency_ms", DataType::Float64, false),
+        f("error_code", DataType::Int32, false),
+        f("error_stage", DataType::Utf8, true),
+        f("user_id_hash", DataType::Utf8, true),
+        f("tenant", DataType::Utf8, true),
+        f("session_id", DataType::Utf8, true),
+        f("request_type", DataType::Utf8, true),
+        f("queue_wait_ms", DataType::Float64, true),
+        f("prefill_time_ms", DataType::Float64, true),
+        f("decode_time_ms", DataType::Float64, true),
+        f("ttft_ms", DataType::Float64, true),
+        f("tpot_ms", DataType::Float64, true),
+        f("gpu_id", DataType::Int64, true),
+        f("batch_size", DataType::Int64, true),
+        f("cache_hit", DataType::Boolean, true),
+        f("cache_prefix_tokens", DataType::Int64, true),
+        f("gpu_mem_peak_mb", DataType::Float64, true),
+        f("truncated", DataType::Boolean, true),
+        f("schema_version", DataType::Int32, false),
+        f("kafka_topic", DataType::Utf8, false),
+        f("kafka_partition", DataType::Int32, false),
+        f("kafka_offset", DataType::Int64, false),
+        f("ingested_at", utc(), false),
+    ]))
+}
+
+/// Text columns of the archive schema.
+const TEXT_COLUMNS: usize = 10;
+
+/// Column builders for one batch of [`StoredRow`]s.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    schema: SchemaRef,
+    timestamp: TimestampMillisecondBuilder,
+    text: [StringBuilder; 4],
+    tokens: [Int64Builder; 2],
+    total_latency_ms: Float64Builder,
+    error_code: Int32Builder,
+    optional_text: [StringBuilder; 5],
+    stages: [Float64Builder; 5],
+    optional_ints: [Int64Builder; 2],
+    cache_hit: BooleanBuilder,
+    cache_prefix_tokens: Int64Builder,
+    gpu_mem_peak_mb: Float64Builder,
+    truncated: BooleanBuilder,
+    schema_version: Int32Builder,
+    kafka_topic: StringBuilder,
+    kafka_partition: Int32Builder,
+    kafka_offset: Int64Builder,
+    ingested_at: TimestampMillisecondBuilder,
+    rows: usize,
+}
+
+impl BatchBuilder {
+    pub fn new(schema: SchemaRef) -> BatchBuilder {
+        BatchBuilder::with_text_bytes(schema, [BATCH_ROWS * 24; TEXT_COLUMNS])
+    }
+
+    /// Builders whose text columns start with room for `text_bytes` bytes
+    /// each (in [`BatchBuilder::text_builders`] order), so a batch like the
+    /// last one fills them without reallocating.
+    fn with_text_bytes(schema: SchemaRef, text_bytes: [usize; TEXT_COLUMNS]) -> BatchBuilder {
+        let ts = || TimestampMillisecondBuilder::with_capacity(BATCH_ROWS).with_timezone("UTC");
+        let mut bytes = text_bytes.into_iter();
+        let mut text = || StringBuilder::with_capacity(BATCH_ROWS, bytes.next().unwrap_or(BATCH_ROWS * 24));
+        let float = || Float64Builder::with_capacity(BATCH_ROWS);
+        let int = || Int64Builder::with_capacity(BATCH_ROWS);
+        BatchBuilder {
+            schema,
+            timestamp: ts(),
+            text: [text(), text(), text(), text()],
+            tokens: [int(), int()],
+            total_latency_ms: float(),
+            error_code: Int32Builder::with_capacity(BATCH_ROWS),
+            optional_text: [text(), text(), text(), text(), text()],
+            stages: [float(), float(), float(), float(), float()],
+            optional_ints: [int(), int()],
+            cache_hit: BooleanBuilder::with_capacity(BATCH_ROWS),
+            cache_prefix_tokens: int(),
+            gpu_mem_peak_mb: float(),
+            truncated: BooleanBuilder::with_capacity(BATCH_ROWS),
+            schema_version: Int32Builder::with_capacity(BATCH_ROWS),
+            kafka_topic: text(),
+            kafka_partition: Int32Builder::with_capacity(BATCH_ROWS),
+            kafka_offset: int(),
+            ingested_at: ts(),
+            rows: 0,
+        }
+    }
+
+    pub fn append(&mut self, r: &StoredRow<'_>) {
+        self.timestamp.append_value(r.timestamp_ms as i64);
+        for (b, v) in self.text.iter_mut().zip([r.request_id, r.business_line, r.model_name, r.model_version]) {
+            b.append_value(v);
+        }
+        self.tokens[0].append_value(i64::from(r.input_tokens));
+        self.tokens[1].append_value(i64::from(r.output_tokens));
+        self.total_latency_ms.append_value(r.total_latency_ms);
+        self.error_code.append_value(r.error_code);
+        for (b, v) in self.optional_text.iter_mut().zip([r.error_stage, r.user_id_hash, r.tenant, r.session_id, r.request_type]) {
+            b.append_option(v);
+        }
+        for (b, v) in self.stages.iter_mut().zip([r.queue_wait_ms, r.prefill_time_ms, r.decode_time_ms, r.ttft_ms, r.tpot_ms]) {
+            b.append_option(v);
+        }
+        self.optional_ints[0].append_option(r.gpu_id.map(i64::from));
+        self.optional_ints[1].append_option(r.batch_size.map(i64::from));
+        self.cache_hit.append_option(r.cache_hit.map(|v| v != 0));
+        self.cache_prefix_tokens.append_option(r.cache_prefix_tokens.map(i64::from));
+        self.gpu_mem_peak_mb.append_option(r.gpu_mem_peak_mb);
+        self.truncated.append_option(r.truncated.map(|v| v != 0));
+        self.schema_version.append_value(i32::from(r.schema_version));
+        self.kafka_topic.append_value(r.kafka_topic);
+        self.kafka_partition.append_value(i32::from(r.kafka_partition));
+        self.kafka_offset.append_value(r.kafka_offset as i64);
+        self.ingested_at.append_value(i64::from(r.ingested_at) * 1000);
+        self.rows += 1;
+    }
+
+    /// Rows appended since the last [`BatchBuilder::finish`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn text_builders(&self) -> impl Iterator<Item = &StringBuilder> {
+        self.text.iter().chain(&self.optional_text).chain(std::iter::once(&self.kafka_topic))
+    }
+
+    /// The batch so far; the builder starts again, sized like this batch
+    /// (arrow's `finish` hands its buffers over and leaves empty ones).
+    pub fn finish(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let mut text_bytes = [0; TEXT_COLUMNS];
+        for (size, builder) in text_bytes.iter_mut().zip(self.text_builders()) {
+            *size = builder.values_slice().len() + builder.values_slice().len() / 8;
+        }
+        let mut full = std::mem::replace(self, BatchBuilder::with_text_bytes(self.schema.clone(), text_bytes));
+        full.take_columns()
+    }
+
+    fn take_columns(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(30);
+        columns.push(Arc::new(self.timestamp.finish()));
+        columns.extend(self.text.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.extend(self.tokens.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.push(Arc::new(self.total_latency_ms.finish()));
+        columns.push(Arc::new(self.error_code.finish()));
+        columns.extend(self.optional_text.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.extend(self.stages.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.extend(self.optional_ints.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.push(Arc::new(self.cache_hit.finish()));
+        columns.push(Arc::new(self.cache_prefix_tokens.finish()));
+        columns.push(Arc::new(self.gpu_mem_peak_mb.finish()));
+        columns.push(Arc::new(self.truncated.finish()));
+        columns.push(Arc::new(self.schema_version.finish()));
+        columns.push(Arc::new(self.kafka_topic.finish()));
+        columns.push(Arc::new(self.kafka_partition.finish()));
+        columns.push(Arc::new(self.kafka_offset.finish()));
+        columns.push(Arc::new(self.ingested_at.finish()));
+        RecordBatch::try_new(self.schema.clone(), columns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_columns_match_the_schema() {
+        let mut b = BatchBuilder::new(archive_schema());
+        let row = StoredRow::example();
+        b.append(&row);
+        b.append(&row);
+        let batch = b.finish().expect("columns match the schema");
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.num_columns(), archive_schema().fields().len());
+        assert_eq!(b.rows, 0);
+    }
+}

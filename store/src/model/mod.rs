@@ -1,0 +1,19 @@
+//! The tiers' data model, each shape written once and used by every crate
+//! that reads or writes it. Adding a column to the hot table is a change
+//! to [`tables::HOT`], the rows here and a migration.
+//!
+//! - [`tables`]: the ClickHouse tables' shapes (columns, DDL, insert lists, drift checks).
+//! - [`rows`]: the rows ingest writes ([`rows::HotRow`] and its RowBinary encoder, [`rows::RejectRow`]).
+//! - [`stored`]: hot rows as read back ([`stored::StoredRow`]: every column; [`stored::FoldRow`]: what the aggregates fold).
+//! - [`archive`]: the archive's Arrow schema and the batches built from stored rows.
+//! - [`measures`]: the measures the aggregates describe (ClickHouse expression, Postgres columns, report label).
+//! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
+//! - [`aggregates`]: the Postgres aggregate tables' columns.
+
+pub mod aggregates;
+pub mod archive;
+pub mod fold;
+pub mod measures;
+pub mod rows;
+pub mod stored;
+pub mod tables;
