@@ -17,9 +17,26 @@ pub fn commit<C: ConsumerContext, K: Consumer<C> + ?Sized>(consumer: &K, offsets
     if offsets.is_empty() {
         return Ok(());
     }
+    consumer.commit(&list(offsets)?, CommitMode::Sync)
+}
+
+/// The partition list a commit of `offsets` sends.
+fn list(offsets: &[(String, i32, i64)]) -> KafkaResult<TopicPartitionList> {
     let mut tpl = TopicPartitionList::with_capacity(offsets.len());
     for (topic, partition, next) in offsets {
         tpl.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
     }
-    consumer.commit(&tpl, CommitMode::Sync)
+    Ok(tpl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_partition_is_committed_at_its_next_offset() {
+        let tpl = list(&[("a".into(), 0, 10), ("a".into(), 3, 0), ("b".into(), 1, 7)]).expect("list");
+        let sent: Vec<(String, i32, Offset)> = tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition(), e.offset())).collect();
+        assert_eq!(sent, [("a".to_owned(), 0, Offset::Offset(10)), ("a".to_owned(), 3, Offset::Offset(0)), ("b".to_owned(), 1, Offset::Offset(7))]);
+    }
 }

@@ -45,8 +45,27 @@ fn lags(consumer: &Consumer) -> Vec<(String, i32, i64)> {
     for e in assignment.elements() {
         let (topic, partition) = (e.topic(), e.partition());
         let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else { continue };
-        let position = positions.find_partition(topic, partition).and_then(|p| p.offset().to_raw()).filter(|o| *o >= 0);
-        lags.push((topic.to_owned(), partition, high - position.unwrap_or(high)));
+        let position = positions.find_partition(topic, partition).and_then(|p| p.offset().to_raw());
+        lags.push((topic.to_owned(), partition, lag(high, position)));
     }
     lags
+}
+
+/// A partition's lag: the high watermark less the position; 0 before the
+/// position is known (librdkafka reports a negative logical offset then).
+fn lag(high: i64, position: Option<i64>) -> i64 {
+    high - position.filter(|o| *o >= 0).unwrap_or(high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_what_is_left_to_read_once_the_position_is_known() {
+        assert_eq!(lag(100, Some(40)), 60);
+        assert_eq!(lag(100, Some(100)), 0);
+        assert_eq!(lag(100, None), 0);
+        assert_eq!(lag(100, Some(-1001)), 0, "OFFSET_INVALID: not fetched yet");
+    }
 }
