@@ -17,4 +17,6 @@ FEATURES=(--profile ci --locked --workspace --features inferlog-store/test-hooks
 cargo build "${FEATURES[@]}" --bins --tests
 export INFERLOG_BIN_DIR="$PWD/target/ci"
 deploy/check.sh
-cargo test "${FEATURES[@]}" --no-fail-fast -- --test-threads 2
+# Every test binary of that build, two at a time (those that stop a server
+# alone, after the others), then the doc tests (deploy/local/run_tests.py).
+deploy/local/run_tests.py "${FEATURES[@]}" -- --test-threads 2
