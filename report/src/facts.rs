@@ -16,6 +16,7 @@ use inferlog_schema::histogram::Histogram;
 use inferlog_store::Day;
 use serde::Serialize;
 
+use inferlog_store::model::fold::Totals;
 pub use inferlog_store::model::measures::{CACHE_PREFIX, DECODE, PREFILL, QUEUE, TOTAL, TPOT, TTFT};
 use inferlog_store::model::measures::{COUNT, DURATIONS};
 
@@ -60,6 +61,21 @@ pub struct Counts {
     pub cost_usd: f64,
     /// Requests whose model had no price: their tokens count, their cost does not.
     pub unpriced_requests: u64,
+}
+
+impl From<Totals> for Counts {
+    /// The counts of folded totals, not priced yet.
+    fn from(t: Totals) -> Counts {
+        Counts {
+            requests: t.requests,
+            errors: t.errors,
+            input_tokens: t.input_tokens,
+            output_tokens: t.output_tokens,
+            cache_hits: t.cache_hits,
+            cache_prefix_tokens: t.cache_prefix_tokens,
+            ..Counts::default()
+        }
+    }
 }
 
 impl Counts {

@@ -56,30 +56,14 @@ pub async fn load(hot: &HotTier, days: &[Day], filter: &Filter, prices: &PriceTa
 /// counts named by the dictionary, users.
 pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable, dictionary: &ErrorDictionary) {
     for ((business_line, model_name, model_version, input, output), group) in folded.daily {
-        let t = group.totals;
-        let mut counts = Counts {
-            requests: t.requests,
-            errors: t.errors,
-            input_tokens: t.input_tokens,
-            output_tokens: t.output_tokens,
-            cache_hits: t.cache_hits,
-            cache_prefix_tokens: t.cache_prefix_tokens,
-            ..Counts::default()
-        };
+        let mut counts = Counts::from(group.totals);
         counts.price(prices.cost(&model_name, day, counts.usage()));
         let key = GroupKey { day, business_line, model_name, model_version, input_bucket: input.to_owned(), output_bucket: output.to_owned() };
         facts.groups.insert(key, GroupFacts { counts, hists: group.histograms });
     }
     for hour in folded.hours {
         let r = hour.row;
-        let mut counts = Counts {
-            requests: r.requests,
-            errors: r.errors,
-            input_tokens: r.input_tokens,
-            output_tokens: r.output_tokens,
-            cache_prefix_tokens: r.cache_prefix_tokens,
-            ..Counts::default()
-        };
+        let mut counts = Counts::from(r.totals());
         counts.price(prices.cost(&r.model_name, day, r.usage()));
         let key = HourKey { hour: r.hour as i64, business_line: r.business_line, model_name: r.model_name, model_version: r.model_version };
         let hists: [_; DURATIONS] = hour.histograms;

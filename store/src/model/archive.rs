@@ -212,6 +212,16 @@ impl BatchBuilder {
 mod tests {
     use super::*;
 
+    /// A column added to the hot table and read back is archived too.
+    #[test]
+    fn the_archive_has_every_column_read_back() {
+        let read: Vec<&str> =
+            <StoredRow<'_> as clickhouse::Row>::COLUMN_NAMES.iter().map(|c| if *c == "timestamp_ms" { "timestamp" } else { c }).collect();
+        let schema = archive_schema();
+        let archived: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(archived, read);
+    }
+
     #[test]
     fn builder_columns_match_the_schema() {
         let mut b = BatchBuilder::new(archive_schema());

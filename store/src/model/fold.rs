@@ -50,6 +50,18 @@ pub struct HourRow {
 }
 
 impl HourRow {
+    /// The hour's totals (hours do not count cache hits: 0).
+    pub fn totals(&self) -> Totals {
+        Totals {
+            requests: self.requests,
+            errors: self.errors,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cache_hits: 0,
+            cache_prefix_tokens: self.cache_prefix_tokens,
+        }
+    }
+
     /// The token sums the hour is priced from.
     pub fn usage(&self) -> Usage {
         Usage {

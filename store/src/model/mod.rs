@@ -1,6 +1,8 @@
 //! The tiers' data model, each shape written once and used by every crate
 //! that reads or writes it. Adding a column to the hot table is a change
-//! to [`tables::HOT`], the rows here and a migration.
+//! in this folder only: its shape ([`tables::HOT`]), the row ingest writes,
+//! the row read back and the archive's schema and builder (a unit test
+//! fails for each one left out), plus a migration of existing tables.
 //!
 //! - [`tables`]: the ClickHouse tables' shapes (columns, DDL, insert lists, drift checks).
 //! - [`rows`]: the rows ingest writes ([`rows::HotRow`] and its RowBinary encoder, [`rows::RejectRow`]).
