@@ -86,11 +86,18 @@ wait_seaweedfs() {
   weed_build=""
 }
 
+# What building inferlog needs besides Rust (librdkafka's C build, OpenSSL
+# for its SSL and for S3): `build-deps`, before a build that runs while
+# `up` installs the rest.
+build_deps() {
+  apt_install cmake libcurl4-openssl-dev libssl-dev libsasl2-dev libzstd-dev pkg-config curl
+}
+
 install() {
   command -v go >/dev/null 2>&1 || apt_install golang-go
   if [ ! -x "$weed" ]; then build_seaweedfs & weed_build=$!; fi
-  apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven \
-    cmake libcurl4-openssl-dev libssl-dev libsasl2-dev libzstd-dev pkg-config curl
+  build_deps
+  apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven
   # The report page's browser test (headless Chromium over the DevTools protocol) and its font.
   apt_install chromium fonts-dejavu-core
   python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3, websocket-client, pillow)"; python3 -m pip install -q confluent-kafka pyarrow boto3 websocket-client pillow >/dev/null; }
@@ -417,6 +424,7 @@ case "${1:-}" in
     stop_clickhouse
     ;;
   status) status ;;
+  build-deps) build_deps ;;
   stop-clickhouse) stop_clickhouse ;;
   start-clickhouse) start_clickhouse ;;
   restart-clickhouse) stop_clickhouse; start_clickhouse ;;
@@ -428,5 +436,5 @@ case "${1:-}" in
   stop-kafka) stop_kafka TERM ;;
   kill-kafka) stop_kafka KILL ;;
   start-kafka) start_kafka ;;
-  *) echo "usage: $0 up|down|status|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3|stop-kafka|kill-kafka|start-kafka" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|build-deps|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3|stop-kafka|kill-kafka|start-kafka" >&2; exit 2 ;;
 esac

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The test command of README.md: starts the local service stack (installing
-# what is missing), builds the binaries the integration tests run, checks
+# The test command of README.md: builds the binaries the integration tests
+# run while it starts the local service stack (installing what is
+# missing), checks
 # what deploy/ ships (alert rules, systemd units, the parser fuzz target:
 # deploy/check.sh), then runs every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-deploy/local/services.sh up
 # One build for the binaries and the tests, with one feature set: the
 # INFERLOG_*_PAUSE_AFTER hooks the crash tests use (a build without the
 # feature refuses those variables), and the dev-dependencies' features,
@@ -14,9 +14,23 @@ deploy/local/services.sh up
 # The `ci` profile (Cargo.toml) is release without LTO: optimised binaries
 # for the million-event tests at about half the build time.
 FEATURES=(--profile ci --locked --workspace --features inferlog-store/test-hooks)
-cargo build "${FEATURES[@]}" --bins --tests
+# The build runs while the services start (on a fresh machine: install);
+# its log is .inferlog/build.log, with --timings' report beside the build.
+mkdir -p .inferlog
+deploy/local/services.sh build-deps
+cargo build "${FEATURES[@]}" --bins --tests --timings > .inferlog/build.log 2>&1 &
+build=$!
+trap 'kill "$build" 2>/dev/null || true' EXIT
+deploy/local/services.sh up
+if ! wait "$build"; then
+  cat .inferlog/build.log
+  echo "test.sh: the build failed" >&2
+  exit 1
+fi
+grep -E "^\s*(Finished|Timing report)" .inferlog/build.log || true
 export INFERLOG_BIN_DIR="$PWD/target/ci"
 deploy/check.sh
-# Every test binary of that build, two at a time (those that stop a server
-# alone, after the others), then the doc tests (deploy/local/run_tests.py).
+# Every test binary of that build, two at a time, never one that stops a
+# server beside one that needs it, then the doc tests
+# (deploy/local/run_tests.py).
 deploy/local/run_tests.py "${FEATURES[@]}" -- --test-threads 2
