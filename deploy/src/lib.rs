@@ -48,12 +48,12 @@ pub fn sections() -> Vec<Section> {
     use inferlog_store::config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
     vec![
         Section::of::<inferlog_schema::ContractConfig>("schema", "ingest, compactor, retention, inferlog-schema"),
-        Section::of::<inferlog_ingest::config::KafkaConfig>("kafka", "ingest; retention (the DLQ topic)"),
-        Section::of::<inferlog_ingest::config::IngestConfig>("ingest", "ingest"),
+        Section::of::<inferlog_store::kafka::KafkaConfig>("kafka", "ingest; retention (the DLQ topic)"),
+        Section::of::<inferlog_store::config::IngestConfig>("ingest", "ingest"),
         Section::of::<ClickHouseConfig>("clickhouse", "ingest, compactor, retention"),
         Section::of::<PostgresConfig>("postgres", "compactor, retention, report"),
         Section::of::<ColdConfig>("cold", "compactor, retention"),
-        Section::of::<inferlog_compactor::config::CompactorConfig>("compactor", "compactor"),
+        Section::of::<inferlog_store::config::CompactorConfig>("compactor", "compactor"),
         Section::of::<RetentionConfig>("retention", "compactor (hot_days), retention"),
         Section::of::<inferlog_store::cost::CostConfig>("cost", "compactor, report"),
         Section::of::<inferlog_store::budget::BudgetsConfig>("budgets", "compactor, report"),

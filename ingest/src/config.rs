@@ -6,81 +6,15 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
-pub use inferlog_store::config::{ClickHouseConfig, CLICKHOUSE_PASSWORD_ENV};
+pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, CLICKHOUSE_PASSWORD_ENV};
 pub use inferlog_store::kafka::{
     Assignment, ClientSecurity, KafkaConfig, KafkaSecurity, Secret, SecurityProtocol, KAFKA_PASSWORD_ENV, SECRET_OPTIONS,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::error::IngestError;
-
-/// The `[ingest]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct IngestConfig {
-    /// Flush when the batch holds this many rows and rejects. Default: 100000.
-    pub batch_max_rows: usize,
-    /// Flush when the batch holds this many bytes: rows as encoded for
-    /// ClickHouse (about 330 bytes each) and rejected payloads. Default: 33554432 (32 MiB).
-    pub batch_max_bytes: usize,
-    /// Flush a batch at the latest this long after its first message. Default: "1s".
-    #[serde(with = "humantime_serde")]
-    #[schemars(with = "String")]
-    pub batch_max_age: Duration,
-    /// A batch of at least this many rows and rejects is flushed as soon as
-    /// the source has had nothing new for 100ms (a backlog or a burst has
-    /// been read to its end) instead of waiting out `batch_max_age`; 0 turns
-    /// this off. Smaller batches still wait, so a trickle of events never
-    /// becomes a trickle of small inserts. The exception is the tail of a
-    /// backlog: the batch right after a full one is flushed when the source
-    /// goes quiet, whatever its size. Default: 10000.
-    pub flush_when_caught_up_rows: usize,
-    /// How many recent request ids are remembered to drop producer retries. Default: 1000000.
-    pub dedup_window: usize,
-    /// First retry delay after a failed insert or produce; doubles up to `retry_max_backoff`. Default: "200ms".
-    #[serde(with = "humantime_serde")]
-    #[schemars(with = "String")]
-    pub retry_initial_backoff: Duration,
-    /// Longest retry delay. Default: "10s".
-    #[serde(with = "humantime_serde")]
-    #[schemars(with = "String")]
-    pub retry_max_backoff: Duration,
-    /// On SIGTERM/SIGINT, how long the final flush and commit may take before exiting non-zero. Default: "30s".
-    #[serde(with = "humantime_serde")]
-    #[schemars(with = "String")]
-    pub shutdown_timeout: Duration,
-    /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9464".
-    pub metrics_addr: String,
-    /// Tokio worker threads: the pipeline and the writer task run on them,
-    /// broker round trips run on blocking threads beside them. Default: 2.
-    pub worker_threads: usize,
-    /// Threads that validate and normalize the messages librdkafka has
-    /// ready, a chunk at a time, while the pipeline waits; 1 normalizes on
-    /// the pipeline's own thread. Default: 2.
-    pub normalize_threads: usize,
-}
-
-impl Default for IngestConfig {
-    fn default() -> Self {
-        IngestConfig {
-            batch_max_rows: 100_000,
-            batch_max_bytes: 32 * 1024 * 1024,
-            batch_max_age: Duration::from_secs(1),
-            flush_when_caught_up_rows: 10_000,
-            dedup_window: 1_000_000,
-            retry_initial_backoff: Duration::from_millis(200),
-            retry_max_backoff: Duration::from_secs(10),
-            shutdown_timeout: Duration::from_secs(30),
-            metrics_addr: "127.0.0.1:9464".into(),
-            worker_threads: 2,
-            normalize_threads: 2,
-        }
-    }
-}
 
 /// Everything `inferlog-ingest` reads from the config file, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -198,6 +132,6 @@ mod tests {
         std::fs::write(&path, "[kafka]\ntopics = [\"a\"]\ndlq_topic = \"a\"\n[compactor]\nanything = 1\n").expect("write");
         assert!(matches!(Config::load(&path), Err(IngestError::Config(_))), "DLQ equal to a source topic");
         std::fs::write(&path, "[ingest]\nbatch_max_age = \"500ms\"\n[compactor]\nanything = 1\n").expect("write");
-        assert_eq!(Config::load(&path).expect("other tables are other commands'").ingest.batch_max_age, Duration::from_millis(500));
+        assert_eq!(Config::load(&path).expect("other tables are other commands'").ingest.batch_max_age, std::time::Duration::from_millis(500));
     }
 }

@@ -1,5 +1,9 @@
 //! The config tables of the stores every component shares: `[clickhouse]`,
-//! `[postgres]`, `[cold]` and `[retention]`. Secrets (passwords, the S3
+//! `[postgres]`, `[cold]` and `[retention]`; and the daemons' own
+//! `[ingest]` and `[compactor]`, so that every table's type (with
+//! [`crate::kafka`], [`crate::cost`], [`crate::budget`] and the schema's
+//! `[schema]`) is in reach without building a daemon: the example config
+//! is generated from them. Secrets (passwords, the S3
 //! secret key) come from the environment or files named here, never from
 //! values in the file or the command line.
 
@@ -319,6 +323,101 @@ impl ColdLocation {
                 Ok(ColdLocation::Local { dir })
             }
             other => Err(StoreError::Config(format!("cold.url {url:?}: scheme {other} is not s3 or file"))),
+        }
+    }
+}
+
+/// The `[ingest]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Flush when the batch holds this many rows and rejects. Default: 100000.
+    pub batch_max_rows: usize,
+    /// Flush when the batch holds this many bytes: rows as encoded for
+    /// ClickHouse (about 330 bytes each) and rejected payloads. Default: 33554432 (32 MiB).
+    pub batch_max_bytes: usize,
+    /// Flush a batch at the latest this long after its first message. Default: "1s".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub batch_max_age: Duration,
+    /// A batch of at least this many rows and rejects is flushed as soon as
+    /// the source has had nothing new for 100ms (a backlog or a burst has
+    /// been read to its end) instead of waiting out `batch_max_age`; 0 turns
+    /// this off. Smaller batches still wait, so a trickle of events never
+    /// becomes a trickle of small inserts. The exception is the tail of a
+    /// backlog: the batch right after a full one is flushed when the source
+    /// goes quiet, whatever its size. Default: 10000.
+    pub flush_when_caught_up_rows: usize,
+    /// How many recent request ids are remembered to drop producer retries. Default: 1000000.
+    pub dedup_window: usize,
+    /// First retry delay after a failed insert or produce; doubles up to `retry_max_backoff`. Default: "200ms".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub retry_initial_backoff: Duration,
+    /// Longest retry delay. Default: "10s".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub retry_max_backoff: Duration,
+    /// On SIGTERM/SIGINT, how long the final flush and commit may take before exiting non-zero. Default: "30s".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub shutdown_timeout: Duration,
+    /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9464".
+    pub metrics_addr: String,
+    /// Tokio worker threads: the pipeline and the writer task run on them,
+    /// broker round trips run on blocking threads beside them. Default: 2.
+    pub worker_threads: usize,
+    /// Threads that validate and normalize the messages librdkafka has
+    /// ready, a chunk at a time, while the pipeline waits; 1 normalizes on
+    /// the pipeline's own thread. Default: 2.
+    pub normalize_threads: usize,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            batch_max_rows: 100_000,
+            batch_max_bytes: 32 * 1024 * 1024,
+            batch_max_age: Duration::from_secs(1),
+            flush_when_caught_up_rows: 10_000,
+            dedup_window: 1_000_000,
+            retry_initial_backoff: Duration::from_millis(200),
+            retry_max_backoff: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(30),
+            metrics_addr: "127.0.0.1:9464".into(),
+            worker_threads: 2,
+            normalize_threads: 2,
+        }
+    }
+}
+
+/// The `[compactor]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactorConfig {
+    /// Time between two passes of the daemon. Default: "5m".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub interval: Duration,
+    /// A UTC day is closed, and compacted, once it ended this long ago.
+    /// Rows arriving later still land in ClickHouse; the next pass sees the
+    /// day's fingerprint change and archives and aggregates it again. Default: "1h".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub lateness: Duration,
+    /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9465".
+    pub metrics_addr: String,
+    /// ClickHouse's memory for sorting one day before spilling to disk, in bytes. Default: 1073741824.
+    pub sort_memory_bytes: u64,
+}
+
+impl Default for CompactorConfig {
+    fn default() -> Self {
+        CompactorConfig {
+            interval: Duration::from_secs(300),
+            lateness: Duration::from_secs(3600),
+            metrics_addr: "127.0.0.1:9465".into(),
+            sort_memory_bytes: 1 << 30,
         }
     }
 }
