@@ -61,12 +61,7 @@ pub struct AggregateRow {
 impl AggregateRow {
     /// The token sums the group is priced from.
     pub fn usage(&self) -> Usage {
-        Usage {
-            requests: self.requests,
-            input_tokens: self.input_tokens,
-            cached_input_tokens: self.cache_prefix_tokens,
-            output_tokens: self.output_tokens,
-        }
+        self.totals().usage()
     }
 
     /// The group's totals, as the fold counts them.

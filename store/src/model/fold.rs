@@ -64,12 +64,7 @@ impl HourRow {
 
     /// The token sums the hour is priced from.
     pub fn usage(&self) -> Usage {
-        Usage {
-            requests: self.requests,
-            input_tokens: self.input_tokens,
-            cached_input_tokens: self.cache_prefix_tokens,
-            output_tokens: self.output_tokens,
-        }
+        self.totals().usage()
     }
 }
 
@@ -103,6 +98,18 @@ pub struct Totals {
     /// Requests the prefix cache served (`cache_hit` = 1).
     pub cache_hits: u64,
     pub cache_prefix_tokens: u64,
+}
+
+impl Totals {
+    /// The token sums these totals are priced from.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            requests: self.requests,
+            input_tokens: self.input_tokens,
+            cached_input_tokens: self.cache_prefix_tokens,
+            output_tokens: self.output_tokens,
+        }
+    }
 }
 
 /// A daily group: its totals and a histogram per measure in
