@@ -14,7 +14,9 @@ that needs that server (NEEDS; every server unless listed): the broker's
 restart in kafka_broker runs beside the compactor's tests, not beside
 ingest's. Binaries start longest first (LONGEST, measured), so the long
 ones do not end up alone at the end. Each binary's output goes to
-.inferlog/test-logs/NAME.log and is printed when it fails.
+.inferlog/test-logs/NAME.log and is printed, whole and in cargo's format
+(`Running ...`, then libtest's lines), when the binary ends, so two binaries'
+lines never interleave.
 
 INFERLOG_TEST_JOBS sets how many binaries run at once (default 2).
 Exit status: 0 when every binary passed, else 1.
@@ -43,6 +45,7 @@ NEEDS = {
     "compactor_s3_outage": {"clickhouse", "postgres", "s3"},
     "report": {"clickhouse", "postgres", "s3"},
     "rollups": {"clickhouse", "postgres", "s3"},
+    "sampling": {"clickhouse", "postgres", "s3"},
     **{name: {"kafka", "clickhouse"} for name in
        ["ingest", "ingest_crash", "ingest_dlq", "ingest_rebalance", "ingest_startup", "ingest_clickhouse_outage"]},
 }
@@ -51,7 +54,7 @@ NEEDS = {
 LONGEST = {
     "kafka_broker": 223, "ingest_rebalance": 172, "ingest": 123, "ingest_clickhouse_outage": 103,
     "compactor_s3_outage": 92, "e2e_faults": 74, "ingest_dlq": 60, "compactor": 56, "retention": 54,
-    "ingest_crash": 48, "e2e": 42, "kafka_security": 40, "ingest_startup": 29, "erase": 25, "report": 15,
+    "ingest_crash": 48, "e2e": 42, "kafka_security": 40, "ingest_startup": 29, "erase": 25, "report": 15, "sampling": 60,
     "rollups": 6,
 }
 
@@ -94,9 +97,9 @@ def run(name, path, test_args, results, lock):
     summary = next((l.strip() for l in reversed(open(log).read().splitlines()) if l.startswith("test result:")), "no result line")
     with lock:
         results.append((name, code, took))
-        print(f"{'ok  ' if code == 0 else 'FAIL'} {name:<40} {took:7.1f} s  {summary}", flush=True)
-        if code != 0:
-            print(open(log).read(), flush=True)
+        print(f"     Running {os.path.relpath(path, REPO)} ({name})", flush=True)
+        print(open(log).read(), flush=True)
+        print(f"{'ok  ' if code == 0 else 'FAIL'} {name:<40} {took:7.1f} s  {summary}\n", flush=True)
 
 
 def main():
