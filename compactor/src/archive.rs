@@ -10,6 +10,11 @@
 //!
 //! The rows' schema is [`inferlog_store::model::archive`]; what is recorded
 //! per object is [`crate::format`].
+//!
+//! With a sampling [`Rule`], the day is read twice: once to count each
+//! stratum's ordinary rows ([`Planner`]), then to archive the rows the rule
+//! keeps, each with its weight and reason ([`Selector`]). The sink (the
+//! aggregates' fold) sees every row either way.
 
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +27,7 @@ use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::{HotTier, ReadMode};
 use inferlog_store::model::archive::{archive_schema, BatchBuilder, BATCH_ROWS};
 use inferlog_store::model::fold::DayFold;
+use inferlog_store::model::sample::{Planner, Reason, Rule, SampleFields, Selector, Summary};
 use inferlog_store::model::stored::StoredRow;
 use inferlog_store::model::tables::HOT;
 use inferlog_store::{ColdConfig, Day};
@@ -37,6 +43,7 @@ use tokio::sync::mpsc;
 
 use crate::error::CompactorError;
 use crate::format::{fingerprint_ranges, WrittenObject};
+use crate::verify::ReadBack;
 
 /// Multipart upload part size: S3's minimum is 5 MiB; 8 MiB (the AWS CLI's
 /// default) keeps little unsent when the last row group is written, so the
@@ -87,6 +94,14 @@ impl AsyncFileWriter for HashingUpload {
             Ok(())
         })
     }
+}
+
+/// What an archive run kept: the fingerprint of the rows written (and the
+/// rows they stand for), and with sampling what it kept per line and reason.
+#[derive(Debug, Clone, Default)]
+pub struct Kept {
+    pub rows: ReadBack,
+    pub summary: Option<Summary>,
 }
 
 /// Everything the archive stage needs.
@@ -169,18 +184,56 @@ impl Archiver {
         Ok(WrittenObject { key, rows, bytes, sha256, fingerprint_ranges: fingerprint_ranges(&metadata) })
     }
 
-    /// Writes the day's rows as `part-0000`, `part-0001`, … objects of at
-    /// most `object_max_rows` rows each, and returns them as written, with
-    /// `sink` after it saw every row.
-    pub async fn archive_day<S: RowSink>(&self, day: Day, mode: ReadMode, sink: S) -> Result<(Vec<WrittenObject>, S), CompactorError> {
-        self.archive_as(day, mode, sink, |part| self.cold.object_key(day, part)).await
+    /// Writes the day's rows (those `sampling` keeps, if given) as
+    /// `part-0000`, `part-0001`, … objects of at most `object_max_rows`
+    /// rows each, and returns them as written, with `sink` after it saw
+    /// every row, and what was kept.
+    pub async fn archive_day<S: RowSink>(
+        &self,
+        day: Day,
+        mode: ReadMode,
+        sink: S,
+        sampling: Option<&Rule>,
+    ) -> Result<(Vec<WrittenObject>, S, Kept), CompactorError> {
+        let selector = match sampling {
+            Some(rule) => Some(self.plan(day, mode, rule).await?),
+            None => None,
+        };
+        self.archive_as(day, mode, sink, selector, |part| self.cold.object_key(day, part)).await
+    }
+
+    /// First pass of a sampled archive: each stratum's counts.
+    async fn plan(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Selector, CompactorError> {
+        let mut planner = Planner::new(rule.clone());
+        let mut cursor = day_rows(&self.hot, day, mode, self.sort_memory_bytes)?;
+        while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
+            planner.add(&SampleFields::from(&row));
+        }
+        Ok(planner.finish())
+    }
+
+    /// What archiving `day` with `rule` keeps, without writing anything
+    /// (to verify objects a killed run wrote).
+    pub async fn selected(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Kept, CompactorError> {
+        let mut selector = self.plan(day, mode, rule).await?;
+        let mut kept = ReadBack::default();
+        let mut cursor = day_rows(&self.hot, day, mode, self.sort_memory_bytes)?;
+        while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
+            if let Some((_, weight)) = selector.select(&SampleFields::from(&row)) {
+                kept.add_row(&row, weight);
+            }
+        }
+        let summary =
+            selector.finish().map_err(|message| CompactorError::RowsChanged { day: inferlog_store::day_string(day), step: "archiving", message })?;
+        Ok(Kept { rows: kept, summary: Some(summary) })
     }
 
     /// Writes the rows a released day holds again (rows that arrived after
     /// its release) as supplement objects `late-<tag>-NNNN` beside its
     /// archive; the same `tag` (of the same rows) names the same objects.
     pub async fn archive_supplement(&self, day: Day, mode: ReadMode, tag: &str) -> Result<Vec<WrittenObject>, CompactorError> {
-        let (written, ()) = self.archive_as(day, mode, (), |part| self.cold.supplement_key(day, tag, part)).await?;
+        // Late rows are few: kept whole, whatever the sampling.
+        let (written, (), _) = self.archive_as(day, mode, (), None, |part| self.cold.supplement_key(day, tag, part)).await?;
         Ok(written)
     }
 
@@ -189,10 +242,11 @@ impl Archiver {
         day: Day,
         mode: ReadMode,
         sink: S,
+        selector: Option<Selector>,
         key: impl Fn(u32) -> String,
-    ) -> Result<(Vec<WrittenObject>, S), CompactorError> {
+    ) -> Result<(Vec<WrittenObject>, S, Kept), CompactorError> {
         let (tx, mut rx) = mpsc::channel::<RecordBatch>(2);
-        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx, sink));
+        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx, sink, selector));
         let mut written = Vec::new();
         let mut current: Option<OpenObject> = None;
         let max_rows = self.config.object_max_rows;
@@ -229,16 +283,16 @@ impl Archiver {
         // The reader's error explains a closed channel; report it first.
         let read =
             reader.await.map_err(|e| CompactorError::Archive { day: inferlog_store::day_string(day), message: format!("reader task: {e}") })?;
-        let (rows, sink) = read?;
+        let (kept, sink) = read?;
         result?;
         let archived: u64 = written.iter().map(|o| o.rows).sum();
-        if rows != archived {
+        if kept.rows.rows() != archived {
             return Err(CompactorError::Archive {
                 day: inferlog_store::day_string(day),
-                message: format!("{rows} rows read but {archived} written"),
+                message: format!("{} rows kept but {archived} written", kept.rows.rows()),
             });
         }
-        Ok((written, sink))
+        Ok((written, sink, kept))
     }
 
     /// Streams the day's rows as [`Archiver::archive_day`] reads them into
@@ -274,8 +328,9 @@ fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64) -> 
         .map_err(hot.error("archive read"))?)
 }
 
-/// Streams the day's rows ([`day_rows`]) into batches and `sink`; returns
-/// how many rows it read, and the sink.
+/// Streams the day's rows ([`day_rows`]) into `sink` and, those the
+/// `selector` keeps (every row without one), into batches; returns what
+/// was kept, and the sink.
 async fn read_day<S: RowSink>(
     hot: HotTier,
     day: Day,
@@ -283,21 +338,29 @@ async fn read_day<S: RowSink>(
     sort_memory_bytes: u64,
     tx: mpsc::Sender<RecordBatch>,
     mut sink: S,
-) -> Result<(u64, S), CompactorError> {
+    mut selector: Option<Selector>,
+) -> Result<(Kept, S), CompactorError> {
     let mut cursor = day_rows(&hot, day, mode, sort_memory_bytes)?;
     let schema = archive_schema();
     let mut builder = BatchBuilder::new(schema);
-    let mut total = 0u64;
+    let mut kept = ReadBack::default();
     let day_name = inferlog_store::day_string(day);
     let to_err = |e: arrow_schema::ArrowError| CompactorError::Archive { day: day_name.clone(), message: e.to_string() };
     while let Some(row) = cursor.next().await.map_err(hot.error("archive read"))? {
-        builder.append(&row);
         sink.row(&row);
-        total += 1;
+        let (reason, weight) = match selector.as_mut() {
+            Some(selector) => match selector.select(&SampleFields::from(&row)) {
+                Some(decision) => decision,
+                None => continue,
+            },
+            None => (Reason::All, 1),
+        };
+        builder.append(&row, reason, weight);
+        kept.add_row(&row, weight);
         if builder.rows() == BATCH_ROWS {
             let batch = builder.finish().map_err(to_err)?;
             if tx.send(batch).await.is_err() {
-                return Ok((total, sink)); // the writer failed; its error is reported
+                return Ok((Kept { rows: kept, summary: None }, sink)); // the writer failed; its error is reported
             }
         }
     }
@@ -305,5 +368,11 @@ async fn read_day<S: RowSink>(
         let batch = builder.finish().map_err(to_err)?;
         let _ = tx.send(batch).await;
     }
-    Ok((total, sink))
+    let summary = match selector {
+        Some(selector) => {
+            Some(selector.finish().map_err(|message| CompactorError::RowsChanged { day: day_name.clone(), step: "archiving", message })?)
+        }
+        None => None,
+    };
+    Ok((Kept { rows: kept, summary }, sink))
 }

@@ -1,6 +1,6 @@
 //! Configuration of `inferlog-compactor`: its own `[compactor]` table plus
 //! the shared `[schema]`, `[clickhouse]`, `[postgres]`, `[cold]`,
-//! `[retention]`, `[cost]` and `[budgets]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides, validated once.
+//! `[retention]`, `[cost]`, `[budgets]` and `[sampling]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides, validated once.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,7 +10,7 @@ use inferlog_schema::ContractConfig;
 use inferlog_store::budget::BudgetsConfig;
 pub use inferlog_store::config::CompactorConfig;
 use inferlog_store::cost::CostConfig;
-use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
+use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig, SamplingConfig};
 
 use crate::error::CompactorError;
 
@@ -25,6 +25,7 @@ pub struct Config {
     pub cost: CostConfig,
     pub budgets: BudgetsConfig,
     pub compactor: CompactorConfig,
+    pub sampling: SamplingConfig,
 }
 
 impl Config {
@@ -39,6 +40,7 @@ impl Config {
             cost: section(&root, "cost").map_err(inferlog_store::StoreError::from)?,
             budgets: section(&root, "budgets").map_err(inferlog_store::StoreError::from)?,
             compactor: section(&root, "compactor").map_err(inferlog_store::StoreError::from)?,
+            sampling: section(&root, "sampling").map_err(inferlog_store::StoreError::from)?,
         };
         config.validate()?;
         Ok(config)
@@ -52,6 +54,7 @@ impl Config {
         self.retention.validate(self.schema.max_event_age)?;
         self.cost.validate()?;
         self.budgets.validate()?;
+        self.sampling.validate()?;
         let c = &self.compactor;
         if c.interval.is_zero() {
             return Err(CompactorError::Config("compactor.interval must be > 0".into()));

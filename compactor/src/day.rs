@@ -18,8 +18,9 @@ use inferlog_store::catalog::{AuditEntry, Catalog, DayRecord, DayState};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::cost::PriceTable;
 use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
+use inferlog_store::model::sample::Rule;
 use inferlog_store::release::{release_day, Refusal, Release, ReleaseBy};
-use inferlog_store::{Day, Policy};
+use inferlog_store::{Day, Policy, SamplingConfig};
 
 use crate::aggregate;
 use crate::archive::Archiver;
@@ -27,7 +28,7 @@ use crate::error::CompactorError;
 use crate::format::WrittenObject;
 use crate::metrics::{self, Metrics};
 use crate::publish;
-use crate::verify::verify_day;
+use crate::verify::{verify_day, Expected};
 use inferlog_store::model::fold::{DayFold, Folded};
 
 /// Test hook ([`inferlog_store::test_hooks`]): `<state>`, `superseded` (after
@@ -59,6 +60,7 @@ pub struct DayWork {
     pub prices: PriceTable,
     pub hot_policy: Policy,
     pub metrics: Metrics,
+    pub sampling: SamplingConfig,
 }
 
 async fn pause_point(step: &str) {
@@ -139,10 +141,18 @@ impl DayWork {
         // counting the aggregates' histograms, hours and errors on the way.
         let written: Vec<WrittenObject>;
         let mut folded: Option<DayFold> = None;
+        let mut expected = Expected::all(&fp);
         if state.is_none() || state == Some(DayState::Archiving) {
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
-            let (objects, fold) = self.archiver.archive_day(day, mode, DayFold::default()).await?;
+            let rule = self.sampling_rule(day).await?;
+            let (objects, fold, kept) = self.archiver.archive_day(day, mode, DayFold::default(), rule.as_ref()).await?;
+            if let Some(summary) = &kept.summary {
+                expected = Expected::sampled(&kept.rows, fp.rows);
+                for ((line, reason), (rows, weight)) in &summary.kept {
+                    metrics::sample_kept(&self.metrics, &name, line, reason.as_str(), *rows, *weight);
+                }
+            }
             written = objects;
             folded = Some(fold);
             metrics::stage_finished(&self.metrics, &name, "archive", fp.rows, started.elapsed());
@@ -161,14 +171,18 @@ impl DayWork {
             let started = Instant::now();
             let (now, verified) = if written.is_empty() {
                 // After a crash: the objects as the store holds them now.
+                // A sampled day's objects hold the rows its recorded rule keeps.
+                if let Some(rule) = self.catalog.sampling_rule(day).await? {
+                    expected = Expected::sampled(&self.archiver.selected(day, mode, &rule).await?.rows, fp.rows);
+                }
                 match self.rehash(day, record_objects).await {
-                    Ok(objects) => tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &objects, &fp)),
+                    Ok(objects) => tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &objects, &expected)),
                     Err(e) => (self.hot.fingerprint(day, mode).await, Err(e)),
                 }
             } else {
                 // Reading the objects back and asking ClickHouse for the
                 // day's fingerprint now are independent: both at once.
-                tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &written, &fp))
+                tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &written, &expected))
             };
             let now = now?;
             if now != fp {
@@ -232,6 +246,18 @@ impl DayWork {
         Ok(DayOutcome::Complete)
     }
 
+    /// The rule to archive `day` with: with sampling on, the day's recorded
+    /// rule, else one derived from its history and recorded; with sampling
+    /// off, none (and a rule recorded by an earlier run is forgotten).
+    async fn sampling_rule(&self, day: Day) -> Result<Option<Rule>, CompactorError> {
+        if self.sampling.enabled {
+            Ok(Some(self.catalog.sampling_rule_for(day, &self.sampling).await?))
+        } else {
+            self.catalog.forget_sampling_rule(day).await?;
+            Ok(None)
+        }
+    }
+
     /// Rows that arrived after the day was released (a batch flushed just
     /// after midnight): archived as supplement objects beside the day's
     /// archive, read back and verified against ClickHouse, added to the
@@ -249,7 +275,7 @@ impl DayWork {
         for o in &written {
             metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
         }
-        let entries = verify_day(&self.cold, day, &written, fp).await?;
+        let entries = verify_day(&self.cold, day, &written, &Expected::all(fp)).await?;
         let now = self.hot.fingerprint(day, mode).await?;
         if now != *fp {
             return Err(CompactorError::RowsChanged { day: name, step: "supplemented", message: format!("{} became {}", fp.encode(), now.encode()) });

@@ -17,14 +17,14 @@ use arrow_array::{BooleanArray, RecordBatch, StringArray};
 use futures_util::TryStreamExt;
 use inferlog_store::catalog::ManifestEntry;
 use inferlog_store::cold::ColdStore;
-use inferlog_store::model::archive::archive_schema;
+use inferlog_store::model::archive::with_sample_columns;
 use inferlog_store::Day;
 use object_store::path::Path;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
 use crate::archive::Archiver;
 use crate::error::CompactorError;
-use crate::verify::{verify_day, ObjectReader, ReadBack};
+use crate::verify::{verify_day, Expected, ObjectReader, ReadBack};
 
 /// The column erasure matches on.
 const USER_COLUMN: &str = "user_id_hash";
@@ -132,7 +132,6 @@ impl Archiver {
             .and_then(|e| e.value.as_deref()?.parse::<u32>().ok())
             .unwrap_or(0);
         let mut batches = builder.with_batch_size(inferlog_store::model::archive::BATCH_ROWS).build().map_err(&err)?;
-        let schema = archive_schema();
         let mut kept = ReadBack::default();
         let mut removed = 0u64;
         let mut open = None;
@@ -144,22 +143,27 @@ impl Archiver {
             if filtered.num_rows() == 0 {
                 continue;
             }
-            // The archive's own schema, without the file's metadata: a file of another schema fails here.
-            let rows = RecordBatch::try_new(schema.clone(), filtered.columns().to_vec()).map_err(|e| CompactorError::Verification {
+            // The archive's own schema, without the file's metadata: a file of another schema fails
+            // here (an object written before the sample columns gets them: `all`, weight 1).
+            let rows = with_sample_columns(filtered).map_err(|e| CompactorError::Verification {
                 day: inferlog_store::day_string(day),
                 key: key.to_owned(),
                 message: format!("not the archive schema: {e}"),
             })?;
             // The archive schema's types, checked by `try_new` above.
             let column = |name: &str| rows.column_by_name(name).cloned().unwrap_or_else(|| rows.column(0).clone());
-            let (ts, input, output, errors) = (column("timestamp"), column("input_tokens"), column("output_tokens"), column("error_code"));
+            let (ts, input, output, errors, weights) =
+                (column("timestamp"), column("input_tokens"), column("output_tokens"), column("error_code"), column("sample_weight"));
             match (
                 ts.as_primitive_opt::<TimestampMillisecondType>(),
                 input.as_primitive_opt::<Int64Type>(),
                 output.as_primitive_opt::<Int64Type>(),
                 errors.as_primitive_opt::<Int32Type>(),
+                weights.as_primitive_opt::<Int64Type>(),
             ) {
-                (Some(ts), Some(input), Some(output), Some(errors)) => kept.add(ts.values(), input.values(), output.values(), errors.values()),
+                (Some(ts), Some(input), Some(output), Some(errors), Some(weights)) => {
+                    kept.add(ts.values(), input.values(), output.values(), errors.values(), weights.values())
+                }
                 _ => return Err(CompactorError::Archive { day: key.to_owned(), message: "the fingerprint columns are not the archive's".into() }),
             }
             if open.is_none() {
@@ -174,7 +178,13 @@ impl Archiver {
             return Ok(Rewritten { removed, kept: 0, entry: None });
         };
         let written = self.close(open).await?;
-        let mut entries = verify_day(&self.cold, day, std::slice::from_ref(&written), &kept.fingerprint()).await?;
+        let mut entries = verify_day(
+            &self.cold,
+            day,
+            std::slice::from_ref(&written),
+            &Expected { fingerprint: kept.fingerprint(), represented_rows: kept.represented() },
+        )
+        .await?;
         let left = scan(&self.cold, new_key, written.bytes, hashes).await?;
         if left.held > 0 {
             return Err(CompactorError::Verification {

@@ -38,5 +38,6 @@ pub fn fingerprint_ranges(metadata: &ParquetMetaData) -> Vec<Range<u64>> {
     ranges
 }
 
-/// The columns whose aggregates are compared with ClickHouse's fingerprint.
-pub const FINGERPRINT_COLUMNS: [&str; 4] = ["timestamp", "input_tokens", "output_tokens", "error_code"];
+/// The columns whose aggregates are compared with ClickHouse's fingerprint
+/// (and the weights, with its row count), in the archive's column order.
+pub const FINGERPRINT_COLUMNS: [&str; 5] = ["timestamp", "input_tokens", "output_tokens", "error_code", "sample_weight"];

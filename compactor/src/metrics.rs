@@ -24,6 +24,7 @@ pub struct Metrics {
     unpriced_requests: IntCounterVec,
     budget_used: GaugeVec,
     budget_forecast: GaugeVec,
+    rows_sampled: IntCounterVec,
     /// False after a pass with failed days; `/healthz` answers 503 then.
     pub healthy: Arc<AtomicBool>,
 }
@@ -89,8 +90,16 @@ impl Metrics {
                 &["business_line"],
             ),
         );
+        let rows_sampled = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new("inferlog_compactor_sample_rows_total", "Rows a sampled archive kept, by reason (error, truncated, slow, long, sampled)"),
+                &["reason"],
+            ),
+        );
         Metrics {
             registry,
+            rows_sampled,
             unpriced_requests,
             budget_used,
             budget_forecast,
@@ -126,6 +135,12 @@ pub fn stage_finished(m: &Metrics, day: &str, stage: &'static str, rows: u64, el
 }
 
 /// An object was written and closed.
+/// A sampled archive of `day` kept `rows` rows of `line` for `reason`, standing for `represented` rows.
+pub fn sample_kept(m: &Metrics, day: &str, line: &str, reason: &str, rows: u64, represented: u64) {
+    m.rows_sampled.with_label_values(&[reason]).inc_by(rows);
+    tracing::info!(day, business_line = line, reason, rows, represented, "sampled archive kept");
+}
+
 pub fn object_written(m: &Metrics, key: &str, rows: u64, bytes: u64) {
     m.objects_written.inc();
     m.bytes_written.inc_by(bytes);

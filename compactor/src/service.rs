@@ -58,7 +58,17 @@ impl Compactor {
         let archiver =
             Archiver { hot: hot.clone(), cold: cold.clone(), config: config.cold.clone(), sort_memory_bytes: config.compactor.sort_memory_bytes };
         let prices = config.cost.validate()?;
-        let work = DayWork { hot, cold, catalog, archiver, dictionary, prices, hot_policy: config.retention.hot_days, metrics };
+        let work = DayWork {
+            hot,
+            cold,
+            catalog,
+            archiver,
+            dictionary,
+            prices,
+            hot_policy: config.retention.hot_days,
+            metrics,
+            sampling: config.sampling.clone(),
+        };
         Ok(Compactor { work, config })
     }
 

@@ -21,6 +21,7 @@ use inferlog_store::catalog::ManifestEntry;
 use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::DayFingerprint;
 use inferlog_store::model::archive::archive_schema;
+use inferlog_store::model::stored::StoredRow;
 use inferlog_store::{Day, StoreError};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
@@ -39,10 +40,13 @@ use sha2::{Digest, Sha256};
 use crate::error::CompactorError;
 use crate::format::{WrittenObject, FINGERPRINT_COLUMNS};
 
-/// Column aggregates of the objects read back, comparable to a [`DayFingerprint`].
+/// Column aggregates of the objects read back (or of the rows an archive
+/// run kept), comparable to a [`DayFingerprint`], and the rows they stand
+/// for (the sum of `sample_weight`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReadBack {
+pub struct ReadBack {
     rows: u64,
+    represented: u64,
     input_tokens: u64,
     output_tokens: u64,
     errors: u64,
@@ -51,9 +55,26 @@ pub(crate) struct ReadBack {
 }
 
 impl ReadBack {
+    /// Adds one row kept with `weight`.
+    pub(crate) fn add_row(&mut self, row: &StoredRow<'_>, weight: u64) {
+        let t = row.timestamp_ms as i64;
+        self.add(&[t], &[i64::from(row.input_tokens)], &[i64::from(row.output_tokens)], &[row.error_code], &[weight as i64]);
+    }
+
+    /// Rows added.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The rows they stand for.
+    pub fn represented(&self) -> u64 {
+        self.represented
+    }
+
     /// Adds the fingerprint columns of a batch of rows.
-    pub(crate) fn add(&mut self, ts: &[i64], input: &[i64], output: &[i64], errors: &[i32]) {
+    pub(crate) fn add(&mut self, ts: &[i64], input: &[i64], output: &[i64], errors: &[i32], weights: &[i64]) {
         self.rows += ts.len() as u64;
+        self.represented += weights.iter().map(|v| *v as u64).sum::<u64>();
         self.input_tokens += input.iter().map(|v| *v as u64).sum::<u64>();
         self.output_tokens += output.iter().map(|v| *v as u64).sum::<u64>();
         self.errors += errors.iter().filter(|v| **v != 0).count() as u64;
@@ -241,14 +262,30 @@ fn mismatch(day: Day, key: &str, message: String) -> CompactorError {
     CompactorError::Verification { day: inferlog_store::day_string(day), key: key.to_owned(), message }
 }
 
+/// What the objects of a day must hold when read back: the fingerprint of
+/// the rows archived, and the rows they stand for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    pub fingerprint: DayFingerprint,
+    pub represented_rows: u64,
+}
+
+impl Expected {
+    /// Every row of `fp`, weight 1 (an archive without sampling).
+    pub fn all(fp: &DayFingerprint) -> Expected {
+        Expected { fingerprint: *fp, represented_rows: fp.rows }
+    }
+
+    /// The rows `kept` (ClickHouse's rows `day`, as the rule selects them),
+    /// standing for all `day_rows` of the day.
+    pub fn sampled(kept: &ReadBack, day_rows: u64) -> Expected {
+        Expected { fingerprint: kept.fingerprint(), represented_rows: day_rows }
+    }
+}
+
 /// Reads every object back and checks it against what was written and
-/// against `expected` (ClickHouse's fingerprint of the day).
-pub async fn verify_day(
-    cold: &ColdStore,
-    day: Day,
-    objects: &[WrittenObject],
-    expected: &DayFingerprint,
-) -> Result<Vec<ManifestEntry>, CompactorError> {
+/// against `expected` (from ClickHouse's rows of the day).
+pub async fn verify_day(cold: &ColdStore, day: Day, objects: &[WrittenObject], expected: &Expected) -> Result<Vec<ManifestEntry>, CompactorError> {
     let mut total = ReadBack::default();
     let mut entries = Vec::with_capacity(objects.len());
     for object in objects {
@@ -266,6 +303,7 @@ pub async fn verify_day(
             return Err(mismatch(day, &object.key, format!("decoded {object_rows} rows, wrote {}", object.rows)));
         }
         total.rows += object_rows;
+        total.represented += sums.represented;
         total.input_tokens += sums.input_tokens;
         total.output_tokens += sums.output_tokens;
         total.errors += sums.errors;
@@ -273,12 +311,27 @@ pub async fn verify_day(
             total.min_ts = Some(total.min_ts.map_or(t, |m| m.min(t)));
             total.max_ts = Some(total.max_ts.map_or(t, |m| m.max(t)));
         }
-        entries.push(ManifestEntry { object_key: object.key.clone(), day, rows: object.rows, bytes: size, sha256, schema_version: SCHEMA_VERSION });
+        entries.push(ManifestEntry {
+            object_key: object.key.clone(),
+            day,
+            rows: object.rows,
+            represented_rows: sums.represented,
+            bytes: size,
+            sha256,
+            schema_version: SCHEMA_VERSION,
+        });
     }
     let found = total.fingerprint();
-    if found != *expected {
-        let key = objects.first().map_or("-", |o| o.key.as_str());
-        return Err(mismatch(day, key, format!("archive has {}, ClickHouse has {}", found.encode(), expected.encode())));
+    let key = objects.first().map_or("-", |o| o.key.as_str());
+    if found != expected.fingerprint {
+        return Err(mismatch(day, key, format!("archive has {}, ClickHouse has {}", found.encode(), expected.fingerprint.encode())));
+    }
+    if total.represented != expected.represented_rows {
+        return Err(mismatch(
+            day,
+            key,
+            format!("the archive's weights add up to {} rows, ClickHouse has {}", total.represented, expected.represented_rows),
+        ));
     }
     Ok(entries)
 }
@@ -315,7 +368,8 @@ async fn read_columns(reader: ReadBackObject, day: Day, object: &WrittenObject) 
         let input = batch.column(1).as_primitive_opt::<Int64Type>().ok_or_else(|| wrong_type(1))?;
         let output = batch.column(2).as_primitive_opt::<Int64Type>().ok_or_else(|| wrong_type(2))?;
         let errors = batch.column(3).as_primitive_opt::<Int32Type>().ok_or_else(|| wrong_type(3))?;
-        total.add(ts.values(), input.values(), output.values(), errors.values());
+        let weights = batch.column(4).as_primitive_opt::<Int64Type>().ok_or_else(|| wrong_type(4))?;
+        total.add(ts.values(), input.values(), output.values(), errors.values(), weights.values());
     }
     Ok((total.rows, total))
 }
@@ -331,6 +385,7 @@ mod tests {
     use crate::format::fingerprint_ranges;
     use inferlog_schema::ErrorClass;
     use inferlog_store::model::archive::BatchBuilder;
+    use inferlog_store::model::sample::Reason;
     use inferlog_store::model::stored::StoredRow;
     use inferlog_store::ColdConfig;
     use parquet::arrow::ArrowWriter;
@@ -346,7 +401,7 @@ mod tests {
 
     /// Writes `rows` generated rows as one Parquet object of small row
     /// groups and returns what the archive stage would have recorded.
-    async fn write_object(cold: &ColdStore, key: &str, rows: usize) -> (WrittenObject, DayFingerprint) {
+    async fn write_object(cold: &ColdStore, key: &str, rows: usize) -> (WrittenObject, Expected) {
         let ids: Vec<String> = (0..rows).map(|i| format!("{:016x}{:016x}", (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15), i * 7919)).collect();
         let mut builder = BatchBuilder::new(archive_schema());
         let mut expected = ReadBack::default();
@@ -383,7 +438,9 @@ mod tests {
                 kafka_offset: i as u64,
                 ingested_at: 1_764_000_001,
             };
-            builder.append(&row);
+            // Weights of a sampled archive: 3 rows each.
+            builder.append(&row, Reason::Sampled, 3);
+            expected.represented += 3;
             expected.rows += 1;
             expected.input_tokens += u64::from(row.input_tokens);
             expected.output_tokens += u64::from(row.output_tokens);
@@ -408,7 +465,7 @@ mod tests {
             sha256: hex::encode(Sha256::digest(&bytes)),
             fingerprint_ranges: fingerprint_ranges(&metadata),
         };
-        (object, expected.fingerprint())
+        (object, Expected { fingerprint: expected.fingerprint(), represented_rows: expected.represented })
     }
 
     fn local_store(dir: &std::path::Path) -> ColdStore {
@@ -420,9 +477,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let cold = local_store(dir.path());
         let (object, expected) = write_object(&cold, "dt=2025-11-24/part-0000.parquet", 40_000).await;
-        let tail = 16 * 1024;
+        let tail = 32 * 1024;
         assert!(object.bytes > 8 * tail, "the object ({} bytes) must be larger than what is kept", object.bytes);
-        assert_eq!(object.fingerprint_ranges.len(), 16, "4 columns x 4 row groups");
+        assert_eq!(object.fingerprint_ranges.len(), 20, "5 columns x 4 row groups");
 
         let read_back = ReadBackObject::fetch_keeping(&cold, &object.key, &object.fingerprint_ranges, tail).await.expect("fetch");
         assert_eq!((read_back.size, read_back.sha256.as_str()), (object.bytes, object.sha256.as_str()));
@@ -430,7 +487,7 @@ mod tests {
         cold.delete(&object.key).await.expect("delete");
         let (rows, sums) = read_columns(read_back, 20_416, &object).await.expect("decoded from kept bytes");
         assert_eq!(rows, object.rows);
-        assert_eq!(sums.fingerprint(), expected);
+        assert_eq!(Expected { fingerprint: sums.fingerprint(), represented_rows: sums.represented() }, expected);
 
         // Without the hint the columns are not kept, and the (now missing) object is asked for again.
         let (object, _) = write_object(&cold, "dt=2025-11-24/part-0001.parquet", 40_000).await;
@@ -448,9 +505,14 @@ mod tests {
         let entries = verify_day(&cold, day, std::slice::from_ref(&object), &expected).await.expect("verified");
         assert_eq!((entries.len(), entries[0].rows, entries[0].bytes), (1, object.rows, object.bytes));
 
-        let wrong = DayFingerprint { input_tokens: expected.input_tokens + 1, ..expected };
+        assert_eq!(entries[0].represented_rows, 3 * object.rows, "the weights");
+        let wrong =
+            Expected { fingerprint: DayFingerprint { input_tokens: expected.fingerprint.input_tokens + 1, ..expected.fingerprint }, ..expected };
         let e = verify_day(&cold, day, std::slice::from_ref(&object), &wrong).await.expect_err("a sum that differs fails");
         assert!(e.to_string().contains("ClickHouse has"), "{e}");
+        let short = Expected { represented_rows: expected.represented_rows + 1, ..expected };
+        let e = verify_day(&cold, day, std::slice::from_ref(&object), &short).await.expect_err("weights that differ fail");
+        assert!(e.to_string().contains("weights add up to"), "{e}");
 
         let path = Path::from(object.key.as_str());
         let mut bytes = cold.store().get(&path).await.expect("get").bytes().await.expect("bytes").to_vec();
@@ -464,7 +526,7 @@ mod tests {
     /// What the compactor does after a crash between archiving and
     /// verifying: digest the object as the store holds it, read its footer,
     /// verify. Returns the error verification ends with.
-    async fn verify_as_relisted(cold: &ColdStore, key: &str, expected: &DayFingerprint) -> CompactorError {
+    async fn verify_as_relisted(cold: &ColdStore, key: &str, expected: &Expected) -> CompactorError {
         let day = 20_416;
         let read_back = ReadBackObject::fetch(cold, key, &[]).await.expect("fetch");
         let (bytes, sha256) = (read_back.size, read_back.sha256.clone());
@@ -501,6 +563,7 @@ mod tests {
             Field::new("input_tokens", DataType::Int64, false),
             Field::new("output_tokens", DataType::Int64, false),
             Field::new("error_code", DataType::Int64, false),
+            Field::new("sample_weight", DataType::Int64, false),
         ]));
         let batch = RecordBatch::try_new(
             schema.clone(),
@@ -509,6 +572,7 @@ mod tests {
                 Arc::new(Int64Array::from(vec![1, 2, 3])),
                 Arc::new(Int64Array::from(vec![1, 2, 3])),
                 Arc::new(Int64Array::from(vec![0, 0, 1])),
+                Arc::new(Int64Array::from(vec![1, 1, 1])),
             ],
         )
         .expect("batch");
@@ -520,7 +584,8 @@ mod tests {
         writer.write(&batch).expect("write");
         writer.close().expect("close");
         cold.store().put(&path, foreign.into()).await.expect("put");
-        let e = verify_as_relisted(&cold, key, &DayFingerprint { rows: 3, ..expected }).await;
+        let e =
+            verify_as_relisted(&cold, key, &Expected { fingerprint: DayFingerprint { rows: 3, ..expected.fingerprint }, represented_rows: 3 }).await;
         assert_eq!(e.class(), ErrorClass::Reject, "{e}");
         assert!(e.to_string().contains("column timestamp is Utf8"), "names the column and the difference: {e}");
     }

@@ -54,6 +54,7 @@ pub fn sections() -> Vec<Section> {
         Section::of::<PostgresConfig>("postgres", "compactor, retention, report"),
         Section::of::<ColdConfig>("cold", "compactor, retention"),
         Section::of::<inferlog_store::config::CompactorConfig>("compactor", "compactor"),
+        Section::of::<inferlog_store::SamplingConfig>("sampling", "compactor (the archive)"),
         Section::of::<RetentionConfig>("retention", "compactor (hot_days), retention"),
         Section::of::<inferlog_store::cost::CostConfig>("cost", "compactor, report"),
         Section::of::<inferlog_store::budget::BudgetsConfig>("budgets", "compactor, report"),

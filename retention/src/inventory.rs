@@ -110,7 +110,7 @@ impl Inventory {
     /// Whether the compactor holds a verified archive (and aggregates) of exactly the day's rows.
     pub fn verified_archive(&self, day: Day) -> bool {
         let Some(record) = self.days.get(&day) else { return false };
-        let archived: u64 = self.manifest.iter().filter(|m| m.day == day).map(|m| m.rows).sum();
+        let archived: u64 = self.manifest.iter().filter(|m| m.day == day).map(|m| m.represented_rows).sum();
         matches!(record.state, inferlog_store::catalog::DayState::Aggregated | inferlog_store::catalog::DayState::Releasing)
             && archived == record.hot_rows
             && archived > 0

@@ -73,6 +73,9 @@ pub struct ManifestEntry {
     pub object_key: String,
     pub day: Day,
     pub rows: u64,
+    /// The day's rows the object stands for: the sum of its rows'
+    /// `sample_weight`; `rows` in an object of a day archived without sampling.
+    pub represented_rows: u64,
     pub bytes: u64,
     pub sha256: String,
     pub schema_version: u32,
@@ -327,7 +330,7 @@ impl Catalog {
     /// The manifest rows of one day, or of every day.
     pub async fn manifest(&self, day: Option<Day>) -> Result<Vec<ManifestEntry>, StoreError> {
         let rows = sqlx::query(
-            "SELECT object_key, day, rows, bytes, sha256, schema_version FROM cold_manifest \
+            "SELECT object_key, day, rows, coalesce(represented_rows, rows) AS represented_rows, bytes, sha256, schema_version FROM cold_manifest \
              WHERE $1::date IS NULL OR day = $1 ORDER BY day, object_key",
         )
         .bind(day.map(date_of))
@@ -340,6 +343,7 @@ impl Catalog {
                     object_key: r.try_get("object_key").map_err(StoreError::postgres("decode manifest"))?,
                     day: day_of(r.try_get("day").map_err(StoreError::postgres("decode manifest"))?),
                     rows: r.try_get::<i64, _>("rows").map_err(StoreError::postgres("decode manifest"))? as u64,
+                    represented_rows: r.try_get::<i64, _>("represented_rows").map_err(StoreError::postgres("decode manifest"))? as u64,
                     bytes: r.try_get::<i64, _>("bytes").map_err(StoreError::postgres("decode manifest"))? as u64,
                     sha256: r.try_get("sha256").map_err(StoreError::postgres("decode manifest"))?,
                     schema_version: r.try_get::<i32, _>("schema_version").map_err(StoreError::postgres("decode manifest"))? as u32,
@@ -387,8 +391,8 @@ async fn insert_audit_once(conn: &mut sqlx::PgConnection, audit: &AuditEntry) ->
 /// One manifest row, replacing the row of the same object if there is one.
 async fn upsert_manifest_row<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &ManifestEntry) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version) VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (object_key) DO UPDATE SET day = $2, rows = $3, bytes = $4, sha256 = $5, schema_version = $6",
+        "INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version, represented_rows) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+         ON CONFLICT (object_key) DO UPDATE SET day = $2, rows = $3, bytes = $4, sha256 = $5, schema_version = $6, represented_rows = $7",
     )
     .bind(&e.object_key)
     .bind(date_of(e.day))
@@ -396,6 +400,7 @@ async fn upsert_manifest_row<'e, E: Executor<'e, Database = Postgres>>(executor:
     .bind(e.bytes as i64)
     .bind(&e.sha256)
     .bind(e.schema_version as i32)
+    .bind(e.represented_rows as i64)
     .execute(executor)
     .await
     .map_err(StoreError::postgres("write manifest row"))?;

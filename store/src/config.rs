@@ -1,6 +1,6 @@
 //! The config tables of the stores every component shares: `[clickhouse]`,
 //! `[postgres]`, `[cold]` and `[retention]`; and the daemons' own
-//! `[ingest]` and `[compactor]`, so that every table's type (with
+//! `[ingest]`, `[compactor]` and `[sampling]` (the compactor's archive), so that every table's type (with
 //! [`crate::kafka`], [`crate::cost`], [`crate::budget`] and the schema's
 //! `[schema]`) is in reach without building a daemon: the example config
 //! is generated from them. Secrets (passwords, the S3
@@ -422,6 +422,81 @@ impl Default for CompactorConfig {
     }
 }
 
+/// The `[sampling]` table: which rows of a day the archive keeps. Off by
+/// default. The hot tier keeps every row and the aggregates count every
+/// row; sampling applies when a day is archived. Kept always: errors,
+/// truncated outputs, slow requests and long ones (by the thresholds of
+/// their group); the rest of each stratum (business line × model ×
+/// version × input bucket × hour) at `base_rate`, at least
+/// `min_per_stratum` rows, with weights that add up to the stratum's
+/// exact row count. See docs/contract.md, "Sampled archive".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SamplingConfig {
+    /// Sample the archive. Default: false.
+    pub enabled: bool,
+    /// Share of a stratum's ordinary rows (no error, not truncated, not slow,
+    /// not long) the archive keeps, 0 < rate <= 1; rounded up to 1/256. Default: 0.1.
+    pub base_rate: f64,
+    /// Ordinary rows kept per stratum at least (all of them if it has fewer). Default: 20.
+    pub min_per_stratum: u64,
+    /// The quantile of a group's history above which a request is `slow`. Default: 0.99.
+    pub quantile: f64,
+    /// Days of aggregates before the archived day the thresholds are derived from. Default: 7.
+    pub history_days: u32,
+    /// Requests a group's history must hold for its thresholds to come
+    /// from it; a group with fewer uses the static thresholds. Default: 200.
+    pub min_history_rows: u64,
+    /// Static threshold of total latency (ms) for a group without history. Default: 30000.0.
+    pub slow_total_latency_ms: f64,
+    /// Static threshold of time to first token (ms) for a group without history. Default: 5000.0.
+    pub slow_ttft_ms: f64,
+    /// A request with more output tokens is `long` (the aggregates keep no
+    /// token histograms, so this one is static). Default: 4096.
+    pub long_output_tokens: u32,
+    /// A request with more input tokens is `long`. Default: 32768.
+    pub long_input_tokens: u32,
+    /// Seed of the hash of `request_id` that picks the ordinary rows kept:
+    /// the same seed keeps the same rows. Default: 0.
+    pub seed: u64,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        SamplingConfig {
+            enabled: false,
+            base_rate: 0.1,
+            min_per_stratum: 20,
+            quantile: 0.99,
+            history_days: 7,
+            min_history_rows: 200,
+            slow_total_latency_ms: 30_000.0,
+            slow_ttft_ms: 5_000.0,
+            long_output_tokens: 4096,
+            long_input_tokens: 32_768,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingConfig {
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if !(self.base_rate > 0.0 && self.base_rate <= 1.0) {
+            return Err(StoreError::Config(format!("sampling.base_rate = {} must be in (0, 1]", self.base_rate)));
+        }
+        if !(self.quantile > 0.0 && self.quantile < 1.0) {
+            return Err(StoreError::Config(format!("sampling.quantile = {} must be in (0, 1)", self.quantile)));
+        }
+        if !(self.slow_total_latency_ms > 0.0 && self.slow_ttft_ms > 0.0) {
+            return Err(StoreError::Config("sampling.slow_total_latency_ms and sampling.slow_ttft_ms must be > 0".into()));
+        }
+        if self.history_days > 366 {
+            return Err(StoreError::Config(format!("sampling.history_days = {} must be at most 366", self.history_days)));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,5 +523,10 @@ mod tests {
         assert!(bad.to_string().contains("postgres.schema"), "{bad}");
         let bad = ColdConfig { url: "ftp://x/".into(), ..ColdConfig::default() }.validate().expect_err("scheme");
         assert!(bad.to_string().contains("ftp"), "{bad}");
+        SamplingConfig::default().validate().expect("defaults");
+        let bad = SamplingConfig { base_rate: 0.0, ..SamplingConfig::default() }.validate().expect_err("rate 0");
+        assert!(bad.to_string().contains("sampling.base_rate"), "{bad}");
+        let bad = SamplingConfig { quantile: 1.0, ..SamplingConfig::default() }.validate().expect_err("q 1");
+        assert!(bad.to_string().contains("sampling.quantile"), "{bad}");
     }
 }

@@ -13,6 +13,7 @@
 //! - [`cost`]: the price table and what a model's tokens cost on a day.
 //! - [`budget`]: monthly budgets per business line, spend and forecast.
 //! - [`policy`]: retention policies and the one rule deciding when a day has expired.
+//! - [`sampling`]: each sampled day's rule (parameters and thresholds from history), recorded with the day.
 //! - [`release`]: the one way a day leaves the hot tier (verified archive first).
 //! - [`http`]: the `/metrics` and `/healthz` endpoint every daemon serves.
 //! - [`cli`]: logging, runtime and exit code of every command's `main`.
@@ -31,9 +32,10 @@ pub mod model;
 pub mod policy;
 pub mod release;
 pub mod retry;
+pub mod sampling;
 pub mod test_hooks;
 
-pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
+pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig, SamplingConfig};
 pub use error::StoreError;
 pub use policy::Policy;
 

@@ -21,7 +21,13 @@
 //! | kafka_partition | INT32 | no |
 //! | kafka_offset | INT64 | no |
 //! | ingested_at | INT64 TIMESTAMP(MILLIS, UTC) | no |
+//! | sample_weight | INT64 | no |
+//! | sample_reason | BYTE_ARRAY UTF8 | no |
 //!
+//! `sample_weight` is how many of the day's rows the row stands for and
+//! `sample_reason` why it was kept ([`Reason`]): `all` and weight 1 in a
+//! day archived without sampling. Objects written before these columns
+//! existed are read as `all`, weight 1 ([`with_sample_columns`]).
 
 use std::sync::Arc;
 
@@ -29,6 +35,7 @@ use arrow_array::builder::{BooleanBuilder, Float64Builder, Int32Builder, Int64Bu
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
+use crate::model::sample::Reason;
 use crate::model::stored::StoredRow;
 
 /// Rows per Arrow batch: what the archive's reader hands its encoder.
@@ -69,7 +76,26 @@ pub fn archive_schema() -> SchemaRef {
         f("kafka_partition", DataType::Int32, false),
         f("kafka_offset", DataType::Int64, false),
         f("ingested_at", utc(), false),
+        f("sample_weight", DataType::Int64, false),
+        f("sample_reason", DataType::Utf8, false),
     ]))
+}
+
+/// The columns the sampled archive adds after the hot table's.
+pub const SAMPLE_COLUMNS: [&str; 2] = ["sample_weight", "sample_reason"];
+
+/// `batch` with the archive schema: a batch of an object written before
+/// [`SAMPLE_COLUMNS`] existed gets them as `all`, weight 1.
+pub fn with_sample_columns(batch: RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let schema = archive_schema();
+    if batch.num_columns() + SAMPLE_COLUMNS.len() != schema.fields().len() {
+        return RecordBatch::try_new(schema, batch.columns().to_vec());
+    }
+    let rows = batch.num_rows();
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(arrow_array::Int64Array::from(vec![1; rows])));
+    columns.push(Arc::new(arrow_array::StringArray::from(vec![Reason::All.as_str(); rows])));
+    RecordBatch::try_new(schema, columns)
 }
 
 /// Text columns of the archive schema.
@@ -96,6 +122,8 @@ pub struct BatchBuilder {
     kafka_partition: Int32Builder,
     kafka_offset: Int64Builder,
     ingested_at: TimestampMillisecondBuilder,
+    sample_weight: Int64Builder,
+    sample_reason: StringBuilder,
     rows: usize,
 }
 
@@ -132,11 +160,14 @@ impl BatchBuilder {
             kafka_partition: Int32Builder::with_capacity(BATCH_ROWS),
             kafka_offset: int(),
             ingested_at: ts(),
+            sample_weight: int(),
+            sample_reason: StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 8),
             rows: 0,
         }
     }
 
-    pub fn append(&mut self, r: &StoredRow<'_>) {
+    /// Appends a row kept for `reason`, standing for `weight` rows of its day.
+    pub fn append(&mut self, r: &StoredRow<'_>, reason: Reason, weight: u64) {
         self.timestamp.append_value(r.timestamp_ms as i64);
         for (b, v) in self.text.iter_mut().zip([r.request_id, r.business_line, r.model_name, r.model_version]) {
             b.append_value(v);
@@ -162,6 +193,8 @@ impl BatchBuilder {
         self.kafka_partition.append_value(i32::from(r.kafka_partition));
         self.kafka_offset.append_value(r.kafka_offset as i64);
         self.ingested_at.append_value(i64::from(r.ingested_at) * 1000);
+        self.sample_weight.append_value(weight as i64);
+        self.sample_reason.append_value(reason.as_str());
         self.rows += 1;
     }
 
@@ -186,7 +219,7 @@ impl BatchBuilder {
     }
 
     fn take_columns(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(30);
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(32);
         columns.push(Arc::new(self.timestamp.finish()));
         columns.extend(self.text.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
         columns.extend(self.tokens.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
@@ -204,6 +237,8 @@ impl BatchBuilder {
         columns.push(Arc::new(self.kafka_partition.finish()));
         columns.push(Arc::new(self.kafka_offset.finish()));
         columns.push(Arc::new(self.ingested_at.finish()));
+        columns.push(Arc::new(self.sample_weight.finish()));
+        columns.push(Arc::new(self.sample_reason.finish()));
         RecordBatch::try_new(self.schema.clone(), columns)
     }
 }
@@ -219,18 +254,25 @@ mod tests {
             <StoredRow<'_> as clickhouse::Row>::COLUMN_NAMES.iter().map(|c| if *c == "timestamp_ms" { "timestamp" } else { c }).collect();
         let schema = archive_schema();
         let archived: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        assert_eq!(archived, read);
+        assert_eq!(archived[..read.len()], read);
+        assert_eq!(archived[read.len()..], SAMPLE_COLUMNS);
     }
 
     #[test]
     fn builder_columns_match_the_schema() {
         let mut b = BatchBuilder::new(archive_schema());
         let row = StoredRow::example();
-        b.append(&row);
-        b.append(&row);
+        b.append(&row, Reason::All, 1);
+        b.append(&row, Reason::Sampled, 9);
         let batch = b.finish().expect("columns match the schema");
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(batch.num_columns(), archive_schema().fields().len());
         assert_eq!(b.rows, 0);
+        // An object of the schema before the sample columns reads as `all`, weight 1.
+        let old = batch.project(&(0..batch.num_columns() - 2).collect::<Vec<_>>()).expect("project");
+        let upgraded = with_sample_columns(old).expect("upgraded");
+        assert_eq!(upgraded.schema(), archive_schema());
+        let weights = upgraded.column(30).as_any().downcast_ref::<arrow_array::Int64Array>().expect("weights");
+        assert_eq!(weights.values().to_vec(), vec![1, 1]);
     }
 }

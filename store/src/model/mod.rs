@@ -8,6 +8,7 @@
 //! - [`rows`]: the rows ingest writes ([`rows::HotRow`] and its RowBinary encoder, [`rows::RejectRow`]).
 //! - [`stored`]: hot rows as read back ([`stored::StoredRow`]: every column; [`stored::FoldRow`]: what the aggregates fold).
 //! - [`archive`]: the archive's Arrow schema and the batches built from stored rows.
+//! - [`sample`]: the sampled archive's rule (which rows a day keeps, why, and the weights that keep totals exact).
 //! - [`measures`]: the measures the aggregates describe (ClickHouse expression, Postgres columns, report label).
 //! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
 //! - [`aggregates`]: the Postgres aggregate tables' columns.
@@ -17,5 +18,6 @@ pub mod archive;
 pub mod fold;
 pub mod measures;
 pub mod rows;
+pub mod sample;
 pub mod stored;
 pub mod tables;
