@@ -27,7 +27,7 @@ use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::{HotTier, ReadMode};
 use inferlog_store::model::archive::{archive_schema, BatchBuilder, BATCH_ROWS};
 use inferlog_store::model::fold::DayFold;
-use inferlog_store::model::sample::{Planner, Reason, Rule, SampleFields, Selector, Summary};
+use inferlog_store::model::sample::{Planner, Reason, Rule, Selector, Summary};
 use inferlog_store::model::stored::StoredRow;
 use inferlog_store::model::tables::HOT;
 use inferlog_store::{ColdConfig, Day};
@@ -96,12 +96,53 @@ impl AsyncFileWriter for HashingUpload {
     }
 }
 
-/// What an archive run kept: the fingerprint of the rows written (and the
-/// rows they stand for), and with sampling what it kept per line and reason.
-#[derive(Debug, Clone, Default)]
-pub struct Kept {
-    pub rows: ReadBack,
-    pub summary: Option<Summary>,
+/// The first pass of a sampled archive counts every row.
+impl RowSink for Planner {
+    fn row(&mut self, row: &StoredRow<'_>) {
+        self.add(row);
+    }
+}
+
+/// What a sampled archive kept: the fingerprint of the rows kept (and the
+/// rows they stand for), and the rows per business line and reason.
+#[derive(Debug, Clone)]
+pub struct Sampled {
+    pub kept: ReadBack,
+    pub summary: Summary,
+}
+
+/// The second pass of a sampled archive: each row's decision, and the
+/// fingerprint of the rows kept.
+#[derive(Debug)]
+pub struct Selecting {
+    selector: Selector,
+    kept: ReadBack,
+}
+
+impl Selecting {
+    fn select(&mut self, row: &StoredRow<'_>) -> Option<(Reason, u64)> {
+        let decision = self.selector.select(row);
+        if let Some((_, weight)) = decision {
+            self.kept.add_row(row, weight);
+        }
+        decision
+    }
+
+    fn finish(self, day: Day) -> Result<Sampled, CompactorError> {
+        let summary = self.selector.finish().map_err(|message| CompactorError::RowsChanged {
+            day: inferlog_store::day_string(day),
+            step: "archiving",
+            message,
+        })?;
+        Ok(Sampled { kept: self.kept, summary })
+    }
+}
+
+/// What archiving a day with a rule keeps, counted without writing.
+impl RowSink for Selecting {
+    fn row(&mut self, row: &StoredRow<'_>) {
+        self.select(row);
+    }
 }
 
 /// Everything the archive stage needs.
@@ -187,45 +228,32 @@ impl Archiver {
     /// Writes the day's rows (those `sampling` keeps, if given) as
     /// `part-0000`, `part-0001`, … objects of at most `object_max_rows`
     /// rows each, and returns them as written, with `sink` after it saw
-    /// every row, and what was kept.
+    /// every row, and with sampling what was kept.
     pub async fn archive_day<S: RowSink>(
         &self,
         day: Day,
         mode: ReadMode,
         sink: S,
         sampling: Option<&Rule>,
-    ) -> Result<(Vec<WrittenObject>, S, Kept), CompactorError> {
-        let selector = match sampling {
+    ) -> Result<(Vec<WrittenObject>, S, Option<Sampled>), CompactorError> {
+        let selecting = match sampling {
             Some(rule) => Some(self.plan(day, mode, rule).await?),
             None => None,
         };
-        self.archive_as(day, mode, sink, selector, |part| self.cold.object_key(day, part)).await
+        self.archive_as(day, mode, sink, selecting, |part| self.cold.object_key(day, part)).await
     }
 
     /// First pass of a sampled archive: each stratum's counts.
-    async fn plan(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Selector, CompactorError> {
-        let mut planner = Planner::new(rule.clone());
-        let mut cursor = day_rows(&self.hot, day, mode, self.sort_memory_bytes)?;
-        while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
-            planner.add(&SampleFields::from(&row));
-        }
-        Ok(planner.finish())
+    async fn plan(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Selecting, CompactorError> {
+        let planner = self.fold_day(day, mode, Planner::new(rule.clone())).await?;
+        Ok(Selecting { selector: planner.finish(), kept: ReadBack::default() })
     }
 
     /// What archiving `day` with `rule` keeps, without writing anything
     /// (to verify objects a killed run wrote).
-    pub async fn selected(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Kept, CompactorError> {
-        let mut selector = self.plan(day, mode, rule).await?;
-        let mut kept = ReadBack::default();
-        let mut cursor = day_rows(&self.hot, day, mode, self.sort_memory_bytes)?;
-        while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
-            if let Some((_, weight)) = selector.select(&SampleFields::from(&row)) {
-                kept.add_row(&row, weight);
-            }
-        }
-        let summary =
-            selector.finish().map_err(|message| CompactorError::RowsChanged { day: inferlog_store::day_string(day), step: "archiving", message })?;
-        Ok(Kept { rows: kept, summary: Some(summary) })
+    pub async fn selected(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Sampled, CompactorError> {
+        let selecting = self.plan(day, mode, rule).await?;
+        self.fold_day(day, mode, selecting).await?.finish(day)
     }
 
     /// Writes the rows a released day holds again (rows that arrived after
@@ -242,11 +270,11 @@ impl Archiver {
         day: Day,
         mode: ReadMode,
         sink: S,
-        selector: Option<Selector>,
+        selecting: Option<Selecting>,
         key: impl Fn(u32) -> String,
-    ) -> Result<(Vec<WrittenObject>, S, Kept), CompactorError> {
+    ) -> Result<(Vec<WrittenObject>, S, Option<Sampled>), CompactorError> {
         let (tx, mut rx) = mpsc::channel::<RecordBatch>(2);
-        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx, sink, selector));
+        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx, sink, selecting));
         let mut written = Vec::new();
         let mut current: Option<OpenObject> = None;
         let max_rows = self.config.object_max_rows;
@@ -283,16 +311,20 @@ impl Archiver {
         // The reader's error explains a closed channel; report it first.
         let read =
             reader.await.map_err(|e| CompactorError::Archive { day: inferlog_store::day_string(day), message: format!("reader task: {e}") })?;
-        let (kept, sink) = read?;
+        let (rows, sink, selecting) = read?;
         result?;
         let archived: u64 = written.iter().map(|o| o.rows).sum();
-        if kept.rows.rows() != archived {
+        if rows != archived {
             return Err(CompactorError::Archive {
                 day: inferlog_store::day_string(day),
-                message: format!("{} rows kept but {archived} written", kept.rows.rows()),
+                message: format!("{rows} rows kept but {archived} written"),
             });
         }
-        Ok((written, sink, kept))
+        let sampled = match selecting {
+            Some(selecting) => Some(selecting.finish(day)?),
+            None => None,
+        };
+        Ok((written, sink, sampled))
     }
 
     /// Streams the day's rows as [`Archiver::archive_day`] reads them into
@@ -329,8 +361,8 @@ fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64) -> 
 }
 
 /// Streams the day's rows ([`day_rows`]) into `sink` and, those the
-/// `selector` keeps (every row without one), into batches; returns what
-/// was kept, and the sink.
+/// sampling keeps (every row without it), into batches; returns how many
+/// rows it batched, the sink and the sampling.
 async fn read_day<S: RowSink>(
     hot: HotTier,
     day: Day,
@@ -338,29 +370,29 @@ async fn read_day<S: RowSink>(
     sort_memory_bytes: u64,
     tx: mpsc::Sender<RecordBatch>,
     mut sink: S,
-    mut selector: Option<Selector>,
-) -> Result<(Kept, S), CompactorError> {
+    mut selecting: Option<Selecting>,
+) -> Result<(u64, S, Option<Selecting>), CompactorError> {
     let mut cursor = day_rows(&hot, day, mode, sort_memory_bytes)?;
     let schema = archive_schema();
     let mut builder = BatchBuilder::new(schema);
-    let mut kept = ReadBack::default();
+    let mut total = 0u64;
     let day_name = inferlog_store::day_string(day);
     let to_err = |e: arrow_schema::ArrowError| CompactorError::Archive { day: day_name.clone(), message: e.to_string() };
     while let Some(row) = cursor.next().await.map_err(hot.error("archive read"))? {
         sink.row(&row);
-        let (reason, weight) = match selector.as_mut() {
-            Some(selector) => match selector.select(&SampleFields::from(&row)) {
+        let (reason, weight) = match selecting.as_mut() {
+            Some(selecting) => match selecting.select(&row) {
                 Some(decision) => decision,
                 None => continue,
             },
             None => (Reason::All, 1),
         };
         builder.append(&row, reason, weight);
-        kept.add_row(&row, weight);
+        total += 1;
         if builder.rows() == BATCH_ROWS {
             let batch = builder.finish().map_err(to_err)?;
             if tx.send(batch).await.is_err() {
-                return Ok((Kept { rows: kept, summary: None }, sink)); // the writer failed; its error is reported
+                return Ok((total, sink, selecting)); // the writer failed; its error is reported
             }
         }
     }
@@ -368,11 +400,5 @@ async fn read_day<S: RowSink>(
         let batch = builder.finish().map_err(to_err)?;
         let _ = tx.send(batch).await;
     }
-    let summary = match selector {
-        Some(selector) => {
-            Some(selector.finish().map_err(|message| CompactorError::RowsChanged { day: day_name.clone(), step: "archiving", message })?)
-        }
-        None => None,
-    };
-    Ok((Kept { rows: kept, summary }, sink))
+    Ok((total, sink, selecting))
 }

@@ -146,11 +146,11 @@ impl DayWork {
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
             let rule = self.sampling_rule(day).await?;
-            let (objects, fold, kept) = self.archiver.archive_day(day, mode, DayFold::default(), rule.as_ref()).await?;
-            if let Some(summary) = &kept.summary {
-                expected = Expected::sampled(&kept.rows, fp.rows);
-                for ((line, reason), (rows, weight)) in &summary.kept {
-                    metrics::sample_kept(&self.metrics, &name, line, reason.as_str(), *rows, *weight);
+            let (objects, fold, sampled) = self.archiver.archive_day(day, mode, DayFold::default(), rule.as_ref()).await?;
+            if let Some(sampled) = &sampled {
+                expected = Expected::sampled(&sampled.kept, fp.rows);
+                for (line, reason, rows, represented) in sampled.summary.entries() {
+                    metrics::sample_kept(&self.metrics, &name, line, reason.as_str(), rows, represented);
                 }
             }
             written = objects;
@@ -173,7 +173,7 @@ impl DayWork {
                 // After a crash: the objects as the store holds them now.
                 // A sampled day's objects hold the rows its recorded rule keeps.
                 if let Some(rule) = self.catalog.sampling_rule(day).await? {
-                    expected = Expected::sampled(&self.archiver.selected(day, mode, &rule).await?.rows, fp.rows);
+                    expected = Expected::sampled(&self.archiver.selected(day, mode, &rule).await?.kept, fp.rows);
                 }
                 match self.rehash(day, record_objects).await {
                     Ok(objects) => tokio::join!(self.hot.fingerprint(day, mode), verify_day(&self.cold, day, &objects, &expected)),

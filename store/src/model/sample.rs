@@ -1,5 +1,5 @@
 //! The sampled archive's rule. In: one UTC day's hot rows as
-//! [`SampleFields`], the `[sampling]` config and the thresholds of each
+//! [`StoredRow`]s, the `[sampling]` config and the thresholds of each
 //! group (business line × model × version × input bucket). Out: for each
 //! row, whether the archive keeps it, why ([`Reason`]) and how many of the
 //! day's rows it stands for (its weight).
@@ -54,40 +54,6 @@ impl Reason {
             Reason::Long => "long",
             Reason::Sampled => "sampled",
             Reason::All => "all",
-        }
-    }
-}
-
-/// The columns the rule reads, from a [`StoredRow`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SampleFields<'a> {
-    pub timestamp_ms: u64,
-    pub request_id: &'a str,
-    pub business_line: &'a str,
-    pub model_name: &'a str,
-    pub model_version: &'a str,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
-    pub total_latency_ms: f64,
-    pub error_code: i32,
-    pub ttft_ms: Option<f64>,
-    pub truncated: Option<u8>,
-}
-
-impl<'a> From<&StoredRow<'a>> for SampleFields<'a> {
-    fn from(r: &StoredRow<'a>) -> Self {
-        SampleFields {
-            timestamp_ms: r.timestamp_ms,
-            request_id: r.request_id,
-            business_line: r.business_line,
-            model_name: r.model_name,
-            model_version: r.model_version,
-            input_tokens: r.input_tokens,
-            output_tokens: r.output_tokens,
-            total_latency_ms: r.total_latency_ms,
-            error_code: r.error_code,
-            ttft_ms: r.ttft_ms,
-            truncated: r.truncated,
         }
     }
 }
@@ -186,7 +152,7 @@ impl Rule {
     }
 
     /// The reason a row is kept whatever the sample, if any.
-    pub fn tail(&self, row: &SampleFields<'_>, t: &Thresholds) -> Option<Reason> {
+    pub fn tail(&self, row: &StoredRow<'_>, t: &Thresholds) -> Option<Reason> {
         if row.error_code != 0 {
             Some(Reason::Error)
         } else if row.truncated == Some(1) {
@@ -211,62 +177,49 @@ impl Rule {
     }
 }
 
-/// Per stratum (series × input bucket × hour) slot of a day, found without
-/// allocating per row: rows come in series order, so the series is looked
-/// up once per run of rows.
+/// One series (business line × model × version) of a day: its groups'
+/// thresholds (one per input bucket) and a slot per input bucket × hour.
+#[derive(Debug)]
+struct Series<T> {
+    thresholds: [Thresholds; BUCKETS],
+    slots: Vec<Option<T>>,
+}
+
+const BUCKETS: usize = InputBucket::ALL.len();
+
+/// The day's series, found without allocating per row: rows come in
+/// series order, so a series is looked up (and its thresholds found) once
+/// per run of rows.
 #[derive(Debug)]
 struct Strata<T> {
     index: HashMap<(String, String, String), usize>,
     last: Option<(usize, String, String, String)>,
-    slots: Vec<Vec<Option<T>>>,
+    series: Vec<Series<T>>,
 }
-
-const SLOTS: usize = InputBucket::ALL.len() * 24;
 
 impl<T> Strata<T> {
     fn new() -> Strata<T> {
-        Strata { index: HashMap::new(), last: None, slots: Vec::new() }
+        Strata { index: HashMap::new(), last: None, series: Vec::new() }
     }
 
-    fn series(&mut self, line: &str, model: &str, version: &str) -> usize {
+    /// The row's series, input bucket and slot (bucket × hour).
+    fn locate(&mut self, rule: &Rule, row: &StoredRow<'_>) -> (usize, usize, usize) {
+        let (line, model, version) = (row.business_line, row.model_name, row.model_version);
+        let bucket = InputBucket::of(row.input_tokens) as usize;
+        let slot = bucket * 24 + ((row.timestamp_ms / 3_600_000) % 24) as usize;
         if let Some((i, l, m, v)) = &self.last {
             if l == line && m == model && v == version {
-                return *i;
+                return (*i, bucket, slot);
             }
         }
-        let key = (line.to_owned(), model.to_owned(), version.to_owned());
-        let next = self.slots.len();
-        let i = *self.index.entry(key).or_insert(next);
+        let next = self.series.len();
+        let i = *self.index.entry((line.to_owned(), model.to_owned(), version.to_owned())).or_insert(next);
         if i == next {
-            self.slots.push((0..SLOTS).map(|_| None).collect());
+            let thresholds = InputBucket::ALL.map(|b| *rule.thresholds(line, model, version, b.as_str()));
+            self.series.push(Series { thresholds, slots: (0..BUCKETS * 24).map(|_| None).collect() });
         }
         self.last = Some((i, line.to_owned(), model.to_owned(), version.to_owned()));
-        i
-    }
-
-    fn slot(&mut self, row: &SampleFields<'_>, bucket: InputBucket) -> &mut Option<T> {
-        let series = self.series(row.business_line, row.model_name, row.model_version);
-        let hour = ((row.timestamp_ms / 3_600_000) % 24) as usize;
-        &mut self.slots[series][bucket as usize * 24 + hour]
-    }
-}
-
-/// Per group, the thresholds found for the last row (rows of a group come together).
-#[derive(Debug, Default)]
-struct ThresholdCache {
-    last: Option<(String, String, String, &'static str, Thresholds)>,
-}
-
-impl ThresholdCache {
-    fn get(&mut self, rule: &Rule, row: &SampleFields<'_>, bucket: &'static str) -> Thresholds {
-        if let Some((l, m, v, b, t)) = &self.last {
-            if *b == bucket && l == row.business_line && m == row.model_name && v == row.model_version {
-                return *t;
-            }
-        }
-        let t = *rule.thresholds(row.business_line, row.model_name, row.model_version, bucket);
-        self.last = Some((row.business_line.to_owned(), row.model_name.to_owned(), row.model_version.to_owned(), bucket, t));
-        t
+        (i, bucket, slot)
     }
 }
 
@@ -274,34 +227,34 @@ impl ThresholdCache {
 #[derive(Debug)]
 pub struct Planner {
     rule: Rule,
-    cache: ThresholdCache,
     strata: Strata<Box<[u64; 256]>>,
 }
 
 impl Planner {
     pub fn new(rule: Rule) -> Planner {
-        Planner { rule, cache: ThresholdCache::default(), strata: Strata::new() }
+        Planner { rule, strata: Strata::new() }
     }
 
-    pub fn add(&mut self, row: &SampleFields<'_>) {
-        let bucket = InputBucket::of(row.input_tokens);
-        let t = self.cache.get(&self.rule, row, bucket.as_str());
-        if self.rule.tail(row, &t).is_some() {
+    pub fn add(&mut self, row: &StoredRow<'_>) {
+        let (series, bucket, slot) = self.strata.locate(&self.rule, row);
+        let series = &mut self.strata.series[series];
+        if self.rule.tail(row, &series.thresholds[bucket]).is_some() {
             return;
         }
         let byte = self.rule.hash_byte(row.request_id);
-        self.strata.slot(row, bucket).get_or_insert_with(|| Box::new([0; 256]))[byte] += 1;
+        series.slots[slot].get_or_insert_with(|| Box::new([0; 256]))[byte] += 1;
     }
 
     /// Each stratum's cut and weights.
     pub fn finish(self) -> Selector {
         let Planner { rule, strata, .. } = self;
         let base = rule.base_cut();
-        let slots = strata
-            .slots
+        let series = strata
+            .series
             .into_iter()
-            .map(|series| {
-                series
+            .map(|Series { thresholds, slots }| Series {
+                thresholds,
+                slots: slots
                     .into_iter()
                     .map(|slot| {
                         slot.map(|counts| {
@@ -316,11 +269,11 @@ impl Planner {
                             Cut { cut, rows, kept, seen: 0 }
                         })
                     })
-                    .collect()
+                    .collect(),
             })
             .collect();
-        let strata = Strata { index: strata.index, last: None, slots };
-        Selector { rule, cache: ThresholdCache::default(), strata, summary: Summary::default() }
+        let strata = Strata { index: strata.index, last: None, series };
+        Selector { rule, strata, summary: Summary::default() }
     }
 }
 
@@ -335,26 +288,33 @@ struct Cut {
     seen: u64,
 }
 
-/// What the archive of a day kept, per business line and reason: rows
-/// kept and the rows they stand for.
+/// What the archive of a day kept, per business line and reason (in
+/// [`Reason::ALL`] order): rows kept and the rows they stand for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
-    pub kept: BTreeMap<(String, Reason), (u64, u64)>,
+    pub kept: BTreeMap<String, [(u64, u64); Reason::ALL.len()]>,
 }
 
 impl Summary {
     pub fn add(&mut self, line: &str, reason: Reason, weight: u64) {
-        if let Some(entry) = self.kept.get_mut(&(line.to_owned(), reason)) {
-            entry.0 += 1;
-            entry.1 += weight;
-        } else {
-            self.kept.insert((line.to_owned(), reason), (1, weight));
-        }
+        let counts = match self.kept.get_mut(line) {
+            Some(counts) => counts,
+            None => self.kept.entry(line.to_owned()).or_default(),
+        };
+        counts[reason as usize].0 += 1;
+        counts[reason as usize].1 += weight;
+    }
+
+    /// (line, reason, rows kept, rows they stand for), for each reason a line kept rows for.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, Reason, u64, u64)> {
+        self.kept.iter().flat_map(|(line, counts)| {
+            Reason::ALL.into_iter().zip(counts).filter(|(_, (rows, _))| *rows > 0).map(move |(r, (rows, weight))| (line.as_str(), r, *rows, *weight))
+        })
     }
 
     /// Rows kept, and the rows they stand for, over every line and reason.
     pub fn totals(&self) -> (u64, u64) {
-        self.kept.values().fold((0, 0), |(k, w), (rows, weight)| (k + rows, w + weight))
+        self.entries().fold((0, 0), |(k, w), (_, _, rows, weight)| (k + rows, w + weight))
     }
 }
 
@@ -362,22 +322,21 @@ impl Summary {
 #[derive(Debug)]
 pub struct Selector {
     rule: Rule,
-    cache: ThresholdCache,
     strata: Strata<Cut>,
     summary: Summary,
 }
 
 impl Selector {
     /// `Some((reason, weight))` when the archive keeps `row`.
-    pub fn select(&mut self, row: &SampleFields<'_>) -> Option<(Reason, u64)> {
-        let bucket = InputBucket::of(row.input_tokens);
-        let t = self.cache.get(&self.rule, row, bucket.as_str());
-        let decision = match self.rule.tail(row, &t) {
+    pub fn select(&mut self, row: &StoredRow<'_>) -> Option<(Reason, u64)> {
+        let (series, bucket, slot) = self.strata.locate(&self.rule, row);
+        let series = &mut self.strata.series[series];
+        let decision = match self.rule.tail(row, &series.thresholds[bucket]) {
             Some(reason) => Some((reason, 1)),
             None => {
                 let byte = self.rule.hash_byte(row.request_id);
                 // A stratum the plan did not see gets nothing: `finish` reports the difference.
-                let slot = self.strata.slot(row, bucket);
+                let slot = &mut series.slots[slot];
                 match slot {
                     Some(c) if byte < c.cut => {
                         let (base, extra) = (c.rows / c.kept, c.rows % c.kept);
@@ -402,7 +361,7 @@ impl Selector {
     /// What was kept; an error naming a stratum whose kept rows differ from
     /// the plan's (the day's rows changed between the two passes).
     pub fn finish(self) -> Result<Summary, String> {
-        for (series, slots) in self.strata.slots.iter().enumerate() {
+        for (series, Series { slots, .. }) in self.strata.series.iter().enumerate() {
             for (i, slot) in slots.iter().enumerate() {
                 if let Some(c) = slot {
                     if c.seen != c.kept {
@@ -426,8 +385,8 @@ impl Selector {
 mod tests {
     use super::*;
 
-    fn row<'a>(id: &'a str, line: &'a str, hour: u64, latency: f64, error: i32) -> SampleFields<'a> {
-        SampleFields {
+    fn row<'a>(id: &'a str, line: &'a str, hour: u64, latency: f64, error: i32) -> StoredRow<'a> {
+        StoredRow {
             timestamp_ms: 1_764_028_800_000 + hour * 3_600_000,
             request_id: id,
             business_line: line,
@@ -439,10 +398,11 @@ mod tests {
             error_code: error,
             ttft_ms: Some(10.0),
             truncated: Some(0),
+            ..StoredRow::example()
         }
     }
 
-    fn run(rule: &Rule, rows: &[SampleFields<'_>]) -> (Vec<Option<(Reason, u64)>>, Summary) {
+    fn run(rule: &Rule, rows: &[StoredRow<'_>]) -> (Vec<Option<(Reason, u64)>>, Summary) {
         let mut planner = Planner::new(rule.clone());
         rows.iter().for_each(|r| planner.add(r));
         let mut selector = planner.finish();
@@ -456,7 +416,7 @@ mod tests {
         let rule = Rule::new(&config, &[]);
         let ids: Vec<String> = (0..5000).map(|i| format!("req-{i}")).collect();
         // Two lines, three hours each; every 50th row an error, every 70th slow.
-        let rows: Vec<SampleFields<'_>> = ids
+        let rows: Vec<StoredRow<'_>> = ids
             .iter()
             .enumerate()
             .map(|(i, id)| {
@@ -493,7 +453,7 @@ mod tests {
         let config = SamplingConfig { enabled: true, min_per_stratum: 20, ..SamplingConfig::default() };
         let rule = Rule::new(&config, &[]);
         let ids: Vec<String> = (0..30).map(|i| format!("x{i}")).collect();
-        let rows: Vec<SampleFields<'_>> = ids.iter().map(|id| row(id, "tiny", 1, 5.0, 0)).collect();
+        let rows: Vec<StoredRow<'_>> = ids.iter().map(|id| row(id, "tiny", 1, 5.0, 0)).collect();
         let (first, _) = run(&rule, &rows);
         let kept = first.iter().flatten().count();
         assert!((20..30).contains(&kept), "kept {kept} of 30 with a floor of 20");
