@@ -5,8 +5,9 @@ stage from the compactor's own log, with peak RSS and the Parquet size
 against the same events as JSON lines. Medians of several runs; each run
 archives the same day into a fresh prefix and Postgres schema.
 
-usage: deploy/bench/compactor_bench.py [--rows 1000000] [--runs 3]
-Needs `deploy/local/services.sh up` and release binaries (cargo build --release --bins).
+usage: deploy/bench/compactor_bench.py [--rows 1000000] [--runs 3] [--sampling]
+--sampling archives with [sampling] enabled (its defaults): the day has no
+history, so the static thresholds apply. Needs `deploy/local/services.sh up` and release binaries (cargo build --release --bins).
 """
 import argparse
 import json
@@ -36,6 +37,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sampling", action="store_true", help="archive with [sampling] enabled")
     args = parser.parse_args()
     stamp = int(time.time())
     table = f"bench_compactor_{stamp}"
@@ -58,6 +60,8 @@ def main():
                         f'allow_http = true\naccess_key_id = "inferlog"\n'
                         f'[compactor]\nmetrics_addr = ""\n')
             env = dict(os.environ, AWS_SECRET_ACCESS_KEY="inferlog-local", RUST_LOG="info")
+            if args.sampling:
+                env["INFERLOG_SAMPLING__ENABLED"] = "true"
             if os.environ.get("BENCH_ZSTD_LEVEL"):
                 env["INFERLOG_COLD__ZSTD_LEVEL"] = os.environ["BENCH_ZSTD_LEVEL"]
             started = time.monotonic()
@@ -69,16 +73,16 @@ def main():
             stage = {m.group(1): int(m.group(2)) for m in re.finditer(r'stage="(\w+)".*?elapsed_ms=(\d+)', out.stderr)}
             rss = int(re.search(r"maxrss_kb=(\d+)", out.stderr).group(1)) / 1024
             parquet_bytes = int(psql(schema, "SELECT sum(bytes) FROM cold_manifest"))
-            rows = int(psql(schema, "SELECT sum(rows) FROM cold_manifest"))
+            rows, kept = map(int, psql(schema, "SELECT sum(represented_rows), sum(rows) FROM cold_manifest").split("|"))
             assert rows == args.rows, (rows, args.rows)
             to_verified = (stage["archive"] + stage["verify"]) / 1000
             runs.append({"wall_s": round(wall, 2), "settle_s": stage.get("settle", 0) / 1000, "archive_s": stage["archive"] / 1000, "verify_s": stage["verify"] / 1000,
                          "aggregate_s": stage["aggregate"] / 1000, "rows_per_s_to_verified": round(args.rows / to_verified),
-                         "peak_rss_mb": round(rss, 1), "parquet_bytes": parquet_bytes})
+                         "peak_rss_mb": round(rss, 1), "parquet_bytes": parquet_bytes, "rows_archived": kept})
             print(json.dumps(runs[-1]), file=sys.stderr)
     median = lambda k: statistics.median(r[k] for r in runs)
     report = {
-        "rows": args.rows, "runs": len(runs),
+        "rows": args.rows, "runs": len(runs), "sampling": args.sampling, "rows_archived": runs[0]["rows_archived"],
         "median_rows_per_s_to_verified_parquet": median("rows_per_s_to_verified"),
         "median_settle_s": median("settle_s"), "median_archive_s": median("archive_s"), "median_verify_s": median("verify_s"),
         "median_aggregate_s": median("aggregate_s"), "median_wall_s": median("wall_s"),

@@ -2,7 +2,8 @@
 # The README's demo: installs what is missing, builds, starts the local
 # services, generates 14 days of traffic (2% invalid), produces it to Kafka,
 # runs ingest until the topic is drained, then the compactor (daily and
-# hourly aggregates with their cost into Postgres, Parquet archive on S3),
+# hourly aggregates with their cost into Postgres, a sampled Parquet
+# archive on S3: the tail whole, weights that keep the totals exact),
 # the budget report, retention (days past the 7-day hot policy leave
 # ClickHouse) and its audit, shows what landed where, reconciled across
 # the tiers, then answers the users' questions with inferlog-report (every
@@ -79,14 +80,26 @@ step "reconciliation after ingest: produced = hot rows + rejects"
 ch "SELECT $produced AS produced, (SELECT count() FROM $t) AS hot_rows, (SELECT count() FROM inferlog.${run}_rejects) AS rejected"
 
 # The compactor and retention read the same config; this run gets its own Postgres schema and S3 prefix.
+# Sampling is off by default (deploy/local/inferlog.toml too); the demo turns
+# it on. Its days are small (about 20,000 rows over some 7,000 strata of
+# line x model x version x input bucket x hour), so it keeps 2 ordinary rows
+# per stratum at least instead of the default 20, which would keep nearly all.
 export INFERLOG_CLICKHOUSE__TABLE="${run}_logs" INFERLOG_POSTGRES__SCHEMA="$run" \
-  INFERLOG_COLD__URL="s3://inferlog-cold/$run/" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" INFERLOG_COMPACTOR__METRICS_ADDR=""
+  INFERLOG_COLD__URL="s3://inferlog-cold/$run/" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" INFERLOG_COMPACTOR__METRICS_ADDR="" \
+  INFERLOG_SAMPLING__ENABLED=true INFERLOG_SAMPLING__MIN_PER_STRATUM=2
 pg() { psql "postgres://postgres@127.0.0.1:5432/inferlog" -X -q -P pager=off -c "SET search_path TO $run; $1"; }
 step "compactor: every closed day archived to Parquet on S3, verified, aggregated into Postgres"
 env "${backfill[@]}" "$bin/inferlog-compactor" --config deploy/local/inferlog.toml --once 2>&1 | grep -E "stage finished|pass finished|ERROR" >&2
 pg "SELECT day, state, hot_rows, objects, pg_size_pretty(bytes) AS parquet FROM compactor_days ORDER BY day"
-step "cold tier: the Parquet objects (manifest: key, rows, bytes, sha256)"
-pg "SELECT object_key, rows, pg_size_pretty(bytes) AS size, left(sha256, 16) AS sha256 FROM cold_manifest ORDER BY object_key"
+step "cold tier: the Parquet objects (manifest: key, rows kept, rows they stand for, bytes, sha256)"
+pg "SELECT object_key, rows, represented_rows, pg_size_pretty(bytes) AS size, left(sha256, 16) AS sha256 FROM cold_manifest ORDER BY object_key"
+step "sampled archive, read back from Parquet: rows kept per business line and reason; the weights give each line's exact requests"
+deploy/local/archive_summary.py http://127.0.0.1:9303 inferlog-cold "$run/" < .inferlog/local/s3.secret > "$work/sampled.tsv"
+printf '  %-18s %9s %12s %12s  %s\n' business_line kept represented aggregates "kept by reason" >&2
+while IFS=$'\t' read -r line kept represented reasons; do
+  exact=$(psql "postgres://postgres@127.0.0.1:5432/inferlog" -X -qtA -c "SELECT sum(requests) FROM $run.daily_aggregates WHERE business_line = '$line'")
+  printf '  %-18s %9s %12s %12s  %s\n' "$line" "$kept" "$represented" "$exact" "$reasons" >&2
+done < "$work/sampled.tsv"
 step "aggregates tier: per-day latency percentiles and tokens for two business lines (Postgres daily_aggregates)"
 pg "SELECT day, business_line, sum(requests) AS requests, sum(errors) AS errors, sum(input_tokens) AS tokens_in,
            sum(output_tokens) AS tokens_out, round(max(total_latency_p50_ms)) AS worst_bucket_p50_ms,
@@ -117,9 +130,9 @@ pg "SELECT error_name, error_stage, sum(errors) AS errors FROM daily_errors GROU
 step "retention: days past the 7-day hot policy leave ClickHouse (each has a verified archive), every deletion audited"
 "$bin/inferlog-retention" --config deploy/local/inferlog.toml enforce 2>/dev/null | sed 's/^/  /' >&2
 pg "SELECT tier, unit, action, rows, policy, actor FROM retention_audit ORDER BY unit"
-step "reconciliation across the tiers: produced = hot rows + cold rows (released days) + rejected"
+step "reconciliation across the tiers: produced = hot rows + cold rows represented (released days) + rejected"
 hot=$(curl -sS --data-binary "SELECT count() FROM $t" http://127.0.0.1:8123/)
-cold=$(psql "postgres://postgres@127.0.0.1:5432/inferlog" -X -qtA -c "SELECT coalesce(sum(m.rows), 0) FROM $run.cold_manifest m JOIN $run.compactor_days d USING (day) WHERE d.state = 'released'")
+cold=$(psql "postgres://postgres@127.0.0.1:5432/inferlog" -X -qtA -c "SELECT coalesce(sum(m.represented_rows), 0) FROM $run.cold_manifest m JOIN $run.compactor_days d USING (day) WHERE d.state = 'released'")
 rejected=$(curl -sS --data-binary "SELECT count() FROM inferlog.${run}_rejects" http://127.0.0.1:8123/)
 echo "  produced $produced = hot $hot + cold $cold + rejected $rejected: $([ $((hot + cold + rejected)) -eq $produced ] && echo holds || echo 'DOES NOT HOLD')" >&2
 step "retention audit: policy, oldest data and violations per tier"
