@@ -26,7 +26,8 @@ need_apt() {
 
 check_rules() {
     need_apt promtool prometheus
-    (cd deploy/prometheus && promtool check rules inferlog.rules.yml && promtool test rules inferlog.rules.test.yml)
+    (cd deploy/prometheus && promtool check rules inferlog.rules.yml service.rules.yml \
+        && promtool test rules inferlog.rules.test.yml service.rules.test.yml)
 }
 
 check_systemd() {

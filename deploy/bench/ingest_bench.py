@@ -19,7 +19,11 @@ figures and medians as JSON. Needs `deploy/local/services.sh up` and
 release binaries (cargo build --release --bins), or INFERLOG_BIN_DIR
 naming the directory of another build.
 
-  deploy/bench/ingest_bench.py [--events 200000] [--runs 3]
+  deploy/bench/ingest_bench.py [--events 200000] [--runs 3] [--against glue|no-service-metrics]
+
+--against no-service-metrics times inferlog-ingest against itself with
+[service_metrics] enabled = false instead of against the glue: what the
+live service metrics cost (the `ratio` is with / without, in events/s).
 """
 import argparse
 import json
@@ -167,7 +171,7 @@ def run_glue(topic, n):
     return elapsed, used
 
 
-def run_inferlog(topic, n, workdir):
+def run_inferlog(topic, n, workdir, extra_env=None):
     name = f"ingest_{uuid.uuid4().hex[:8]}"
     config = os.path.join(workdir, f"{name}.toml")
     with open(config, "w") as f:
@@ -184,7 +188,7 @@ rejects_table = "{name}_rejects"
 [ingest]
 metrics_addr = ""
 ''')
-    env = dict(os.environ, INFERLOG_HASH_KEY_FILE=os.path.join(workdir, "hash.key"))
+    env = dict(os.environ, INFERLOG_HASH_KEY_FILE=os.path.join(workdir, "hash.key"), **(extra_env or {}))
     cpu = CpuSampler()
     cpu.start()
     start = time.monotonic()
@@ -206,7 +210,15 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--against", choices=["glue", "no-service-metrics"], default="glue")
     args = p.parse_args()
+    if args.against == "glue":
+        other = ("glue", lambda topic, workdir: run_glue(topic, args.events))
+    else:
+        def without(topic, workdir):
+            elapsed, _, used, _ = run_inferlog(topic, args.events, workdir, {"INFERLOG_SERVICE_METRICS__ENABLED": "false"})
+            return elapsed, used
+        other = ("no_service_metrics", without)
     ch("CREATE DATABASE IF NOT EXISTS inferlog_bench")
     with tempfile.TemporaryDirectory() as workdir:
         with open(os.path.join(workdir, "hash.key"), "w") as f:
@@ -220,22 +232,23 @@ def main():
                         topic, f"{topic}-dlq"], check=True)
         subprocess.run([sys.executable, KAFKATOOL, "--brokers", BROKERS, "produce", "--topic", topic, events],
                        check=True, stdout=subprocess.DEVNULL)
-        results = {"events": args.events, "inferlog_s": [], "glue_s": [], "inferlog_peak_rss_mb": 0}
-        cpu = {"inferlog": [], "glue": []}
+        side = other[0]
+        results = {"events": args.events, "inferlog_s": [], f"{side}_s": [], "inferlog_peak_rss_mb": 0}
+        cpu = {"inferlog": [], side: []}
         for i in range(args.runs):
             elapsed, rc, used, peak = run_inferlog(topic, args.events, workdir)
             cpu["inferlog"].append(used)
             # VmHWM of the ingest process itself (not the producer's or the glue's).
             results["inferlog_peak_rss_mb"] = max(results["inferlog_peak_rss_mb"], round(peak, 1))
             results["inferlog_s"].append(round(elapsed, 2))
-            glue_elapsed, used = run_glue(topic, args.events)
-            cpu["glue"].append(used)
-            results["glue_s"].append(round(glue_elapsed, 2))
+            other_elapsed, used = other[1](topic, workdir)
+            cpu[side].append(used)
+            results[f"{side}_s"].append(round(other_elapsed, 2))
             print(f"run {i + 1}: inferlog {elapsed:.2f}s (exit {rc}) cpu {cpu['inferlog'][-1]}, "
-                  f"glue {glue_elapsed:.2f}s cpu {used}", file=sys.stderr)
+                  f"{side} {other_elapsed:.2f}s cpu {used}", file=sys.stderr)
         inf = args.events / statistics.median(results["inferlog_s"])
-        glue = args.events / statistics.median(results["glue_s"])
-        results.update(inferlog_events_per_s=round(inf), glue_events_per_s=round(glue), ratio=round(inf / glue, 2))
+        theirs = args.events / statistics.median(results[f"{side}_s"])
+        results.update({"inferlog_events_per_s": round(inf), f"{side}_events_per_s": round(theirs), "ratio": round(inf / theirs, 3)})
         # Median CPU seconds per process over the timed windows, and how many
         # of the machine's cores were busy on average.
         for side, runs in cpu.items():

@@ -2,8 +2,9 @@
 # The local service stack, on loopback only: ClickHouse (Debian's
 # clickhouse-server), Apache Kafka 4 (KRaft, one combined broker+controller,
 # from Maven Central), Postgres (Debian's; started if it is not running) and
-# SeaweedFS's S3 gateway (built from the Go module proxy); Chromium for the
-# report page's browser test. Installs what is
+# SeaweedFS's S3 gateway (built from the Go module proxy), Prometheus
+# (Debian's, scraping ingest's /metrics, with deploy/prometheus's rules
+# loaded); Chromium for the report page's browser test. Installs what is
 # missing; idempotent; data and logs live under one directory
 # ($INFERLOG_LOCAL_DIR, default .inferlog/local), the Kafka jars and the
 # SeaweedFS binary in a machine-wide cache ($INFERLOG_TOOLS_DIR, default
@@ -14,6 +15,10 @@
 #   deploy/local/services.sh status   what runs where
 #   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse | restart-postgres
 #   deploy/local/services.sh stop-s3 | start-s3 | stop-kafka | kill-kafka | start-kafka
+#
+# Prometheus listens on 127.0.0.1:9490 and scrapes every second the targets
+# listed in $dir/prometheus/targets/*.json (file service discovery: the
+# local ingest's 127.0.0.1:9464 is there; a test adds its own file).
 #
 # Kafka listens on 127.0.0.1:9092 (PLAINTEXT) and 127.0.0.1:9094 (SASL_SSL,
 # SCRAM-SHA-512, certificate signed by a CA generated here once:
@@ -37,6 +42,7 @@ SW_VOLUME_PORT=9340
 SW_FILER_PORT=9888
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 PG_PORT=5432
+PROM_PORT=${INFERLOG_PROMETHEUS_PORT:-9490}
 TOPIC_PARTITIONS=${INFERLOG_TOPIC_PARTITIONS:-8}
 
 log() { printf '[services] %s\n' "$*" >&2; }
@@ -97,7 +103,7 @@ install() {
   command -v go >/dev/null 2>&1 || apt_install golang-go
   if [ ! -x "$weed" ]; then build_seaweedfs & weed_build=$!; fi
   build_deps
-  apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven
+  apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven prometheus
   # The report page's browser test (headless Chromium over the DevTools protocol) and its font.
   apt_install chromium fonts-dejavu-core
   python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3, websocket-client, pillow)"; python3 -m pip install -q confluent-kafka pyarrow boto3 websocket-client pillow >/dev/null; }
@@ -220,6 +226,40 @@ stop_clickhouse() {
   stop_pidfile "$dir/clickhouse.pid" clickhouse
   stop_by_pattern $CH_HTTP_PORT "clickhouse-server --config-file" clickhouse
   for _ in $(seq 1 50); do port_open $CH_HTTP_PORT || return 0; sleep 0.2; done
+}
+
+# Prometheus with its own config and data under $dir (not the Debian
+# service's), scraping the targets named in $dir/prometheus/targets.
+start_prometheus() {
+  port_open "$PROM_PORT" && return 0
+  local p=$dir/prometheus
+  mkdir -p "$p/data" "$p/targets"
+  cat > "$p/targets/local.json" <<JSON
+[{"targets": ["127.0.0.1:9464"], "labels": {"component": "ingest", "stack": "local"}}]
+JSON
+  cat > "$p/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files:
+  - $repo/deploy/prometheus/inferlog.rules.yml
+  - $repo/deploy/prometheus/service.rules.yml
+scrape_configs:
+  - job_name: inferlog
+    file_sd_configs:
+      - files: ["$p/targets/*.json"]
+        refresh_interval: 1s
+YAML
+  log "starting Prometheus (http://127.0.0.1:$PROM_PORT, scraping $p/targets/*.json)"
+  nohup prometheus --config.file="$p/prometheus.yml" --storage.tsdb.path="$p/data" --storage.tsdb.retention.time=2d \
+    --web.listen-address="127.0.0.1:$PROM_PORT" >>"$dir/prometheus.log" 2>&1 &
+  echo $! > "$dir/prometheus.pid"
+  wait_port "$PROM_PORT" prometheus 60
+}
+
+stop_prometheus() {
+  stop_pidfile "$dir/prometheus.pid" prometheus
+  stop_by_pattern "$PROM_PORT" "prometheus --config.file=$dir/prometheus" prometheus
 }
 
 stop_s3() {
@@ -399,6 +439,8 @@ status() {
   else show postgres "127.0.0.1:$PG_PORT" down; ok=1; fi
   if port_open "$S3_PORT"; then show s3 "http://127.0.0.1:$S3_PORT" "up (SeaweedFS, bucket inferlog-cold)"
   else show s3 "http://127.0.0.1:$S3_PORT" down; ok=1; fi
+  if port_open "$PROM_PORT"; then show prometheus "http://127.0.0.1:$PROM_PORT" "up ($(prometheus --version 2>&1 | head -1 | awk '{print $3}'))"
+  else show prometheus "http://127.0.0.1:$PROM_PORT" down; ok=1; fi
   echo "data and logs: $dir"
   return $ok
 }
@@ -413,12 +455,14 @@ case "${1:-}" in
     kafka_user
     wait_seaweedfs
     start_s3
+    start_prometheus
     create_topics
     hash_key
     status
     log "up in $(( $(date +%s) - started )) s"
     ;;
   down)
+    stop_prometheus
     stop_kafka TERM
     stop_s3
     stop_clickhouse

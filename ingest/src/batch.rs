@@ -13,6 +13,7 @@ use nohash_hasher::IntMap;
 
 use crate::clickhouse_sink::EncodedRows;
 use crate::dlq::Reject;
+use crate::service_metrics::{Observation, Tally};
 
 /// A topic partition.
 pub type PartitionKey = (Arc<str>, i32);
@@ -44,6 +45,9 @@ pub struct Batch {
     /// Fingerprints of the request ids in this batch, with the content
     /// hash of their rows (already hashes: the map does not hash them again).
     pub request_ids: IntMap<u64, u64>,
+    /// What the stored rows add to the service metrics, per partition (a
+    /// revoked partition's part goes with its rows).
+    pub tallies: PartitionMap<Tally>,
     pub rows: usize,
     /// Encoded rows and reject payloads, in bytes.
     pub bytes: usize,
@@ -155,6 +159,14 @@ impl Batch {
 
     /// A message that needs no write (already stored, or a producer retry)
     /// still moves the partition's commit point.
+    /// Counts a row just pushed in the service metrics of its partition.
+    pub fn observe(&mut self, key: &PartitionKey, observation: &Observation) {
+        match self.tallies.get_mut(key) {
+            Some(tally) => tally.observe(observation),
+            None => self.tallies.entry(key.clone()).or_default().observe(observation),
+        }
+    }
+
     pub fn push_skipped(&mut self, key: PartitionKey, offset: i64) {
         self.touch(key, offset, 0);
     }
@@ -232,6 +244,7 @@ impl Batch {
         self.days.retain(|_, groups| !groups.is_empty());
         self.rejects.retain(|r| !gone(&r.topic, r.partition));
         self.offsets.retain(|(t, p), _| !gone(t, *p));
+        self.tallies.retain(|(t, p), _| !gone(t, *p));
         // Fingerprints are only a duplicate filter: rebuild from what is left.
         let rows = || self.days.values().flat_map(BTreeMap::values);
         let kept: IntMap<u64, u64> = rows().flat_map(|r| r.fingerprints.iter().copied()).collect();

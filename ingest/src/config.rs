@@ -9,7 +9,7 @@ use std::path::Path;
 
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
-pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, CLICKHOUSE_PASSWORD_ENV};
+pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV};
 pub use inferlog_store::kafka::{
     Assignment, ClientSecurity, KafkaConfig, KafkaSecurity, Secret, SecurityProtocol, KAFKA_PASSWORD_ENV, SECRET_OPTIONS,
 };
@@ -23,6 +23,7 @@ pub struct Config {
     pub kafka: KafkaConfig,
     pub clickhouse: ClickHouseConfig,
     pub ingest: IngestConfig,
+    pub service_metrics: ServiceMetricsConfig,
 }
 
 impl Config {
@@ -34,6 +35,7 @@ impl Config {
             kafka: section(&root, "kafka")?,
             clickhouse: section(&root, "clickhouse")?,
             ingest: section(&root, "ingest")?,
+            service_metrics: section(&root, "service_metrics")?,
         };
         config.validate()?;
         Ok(config)
@@ -61,6 +63,7 @@ impl Config {
         }
         k.security.resolve()?;
         self.clickhouse.validate()?;
+        self.service_metrics.validate()?;
         let i = &self.ingest;
         // One INSERT must stay one ClickHouse block (max_insert_block_size,
         // 1048576 rows) to be atomic.
@@ -103,8 +106,13 @@ mod tests {
         assert!(e.to_string().contains("INFERLOG_KAFKA_PASSWORD"), "{e}");
         let mut options = KafkaConfig::default();
         options.options.insert("sasl.password".into(), "x".into());
-        let config =
-            Config { schema: ContractConfig::default(), kafka: options, clickhouse: ClickHouseConfig::default(), ingest: IngestConfig::default() };
+        let config = Config {
+            schema: ContractConfig::default(),
+            kafka: options,
+            clickhouse: ClickHouseConfig::default(),
+            ingest: IngestConfig::default(),
+            service_metrics: ServiceMetricsConfig::default(),
+        };
         let e = config.validate().expect_err("secrets are refused in kafka.options");
         assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
     }
@@ -116,6 +124,7 @@ mod tests {
             kafka: KafkaConfig::default(),
             clickhouse: ClickHouseConfig::default(),
             ingest: IngestConfig::default(),
+            service_metrics: ServiceMetricsConfig::default(),
         };
         config.validate().expect("defaults are valid");
         let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..config.clone() };

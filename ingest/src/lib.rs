@@ -14,7 +14,9 @@
 //! (consumer lag, its own task), [`drain`] (`--exit-when-idle`),
 //! [`offsets`] (per-partition bookkeeping), [`in_flight`] (every INSERT
 //! named; a partition's reader waits out the ones in flight before it
-//! reads the replay log), [`hooks`] (test faults).
+//! reads the replay log), [`hooks`] (test faults), [`service_metrics`]
+//! (the live service metrics of every stored event, counted when its
+//! batch is durable).
 
 pub mod batch;
 pub mod broker;
@@ -35,6 +37,7 @@ pub mod partitions;
 pub mod pipeline;
 pub mod redact;
 pub mod replay_log;
+pub mod service_metrics;
 pub mod skew;
 pub mod source;
 pub mod writer;

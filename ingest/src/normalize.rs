@@ -2,7 +2,8 @@
 //! librdkafka had ready, with their coordinates and the time they were
 //! received. Out: for each, in the same order, its hot row encoded as
 //! RowBinary (with its UTC day, its event time, its request-id fingerprint
-//! and the hash of its content) or its rejection (`inferlog-schema`).
+//! and the hash of its content, and what it adds to the live service
+//! metrics) or its rejection (`inferlog-schema`).
 //!
 //! Validation and encoding are most of ingest's CPU. They are pure, so a
 //! chunk is spread over `ingest.normalize_threads` threads while the
@@ -19,6 +20,7 @@ use rayon::prelude::*;
 
 use crate::batch::fingerprint;
 use crate::error::IngestError;
+use crate::service_metrics::{Cache, Interner, Observation};
 
 /// The most messages normalized together: a few milliseconds of work, so
 /// the pipeline's other duties (commits, rebalances, timers) wait no longer.
@@ -56,6 +58,8 @@ pub enum Outcome {
         content: u64,
         range: Range<usize>,
         dropped_fields: usize,
+        /// What it adds to the service metrics (when they are on).
+        observation: Option<Observation>,
     },
     Rejected(Rejection),
 }
@@ -73,12 +77,15 @@ pub struct Normalizer {
     contract: Contract,
     hasher: UserIdHasher,
     pool: Option<rayon::ThreadPool>,
+    /// The service metrics' labels, when they are on.
+    observer: Option<Arc<Interner>>,
 }
 
 impl Normalizer {
     /// `threads` > 1 starts a pool of that many threads (named
-    /// `normalize-N`); 1 normalizes on the caller's thread.
-    pub fn new(contract: Contract, hasher: UserIdHasher, threads: usize) -> Result<Normalizer, IngestError> {
+    /// `normalize-N`); 1 normalizes on the caller's thread. With
+    /// `observer`, each row also gets its service metrics' observation.
+    pub fn new(contract: Contract, hasher: UserIdHasher, threads: usize, observer: Option<Arc<Interner>>) -> Result<Normalizer, IngestError> {
         let pool = if threads > 1 {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -89,7 +96,7 @@ impl Normalizer {
         } else {
             None
         };
-        Ok(Normalizer { contract, hasher, pool })
+        Ok(Normalizer { contract, hasher, pool, observer })
     }
 
     /// Normalizes and encodes every message, as received at `received_ms`;
@@ -106,6 +113,7 @@ impl Normalizer {
     fn piece(&self, inputs: &[Input<'_>], received_ms: i64) -> Piece {
         let mut piece = Piece { bytes: Vec::with_capacity(inputs.len() * 384), outcomes: Vec::with_capacity(inputs.len()) };
         let ingested_at = (received_ms / 1000) as u32;
+        let mut cache = Cache::default();
         for input in inputs {
             let outcome = match self.contract.normalize(input.payload, Some(received_ms), &self.hasher) {
                 Ok(normalized) => {
@@ -115,6 +123,7 @@ impl Normalizer {
                     let start = piece.bytes.len();
                     let event = row.encode(&mut piece.bytes);
                     let content = content_hash(&piece.bytes[start..start + event]);
+                    let observation = self.observer.as_ref().map(|o| o.observe(&row, &mut cache));
                     Outcome::Row {
                         day: row.day,
                         timestamp_ms,
@@ -122,6 +131,7 @@ impl Normalizer {
                         content,
                         range: start..piece.bytes.len(),
                         dropped_fields: normalized.dropped_fields.len(),
+                        observation,
                     }
                 }
                 Err(rejection) => Outcome::Rejected(rejection),
@@ -148,7 +158,7 @@ mod tests {
     fn normalizer(threads: usize) -> Normalizer {
         let contract = Contract::new(&ContractConfig::default()).expect("default contract");
         let hasher = UserIdHasher::new(b"normalize-test-key-0123456789abcdef", None, "test").expect("key");
-        Normalizer::new(contract, hasher, threads).expect("pool")
+        Normalizer::new(contract, hasher, threads, None).expect("pool")
     }
 
     /// Outcomes in input order, each row with its own bytes.
@@ -162,13 +172,14 @@ mod tests {
                         Outcome::Rejected(_) => Vec::new(),
                     };
                     let o = match o {
-                        Outcome::Row { day, timestamp_ms, fingerprint, content, dropped_fields, .. } => Outcome::Row {
+                        Outcome::Row { day, timestamp_ms, fingerprint, content, dropped_fields, observation, .. } => Outcome::Row {
                             day: *day,
                             timestamp_ms: *timestamp_ms,
                             fingerprint: *fingerprint,
                             content: *content,
                             range: 0..0,
                             dropped_fields: *dropped_fields,
+                            observation: *observation,
                         },
                         other => other.clone(),
                     };

@@ -1,6 +1,7 @@
 //! The config tables of the stores every component shares: `[clickhouse]`,
 //! `[postgres]`, `[cold]` and `[retention]`; and the daemons' own
-//! `[ingest]`, `[compactor]` and `[sampling]` (the compactor's archive), so that every table's type (with
+//! `[ingest]`, `[service_metrics]` (ingest's live metrics), `[compactor]`
+//! and `[sampling]` (the compactor's archive), so that every table's type (with
 //! [`crate::kafka`], [`crate::cost`], [`crate::budget`] and the schema's
 //! `[schema]`) is in reach without building a daemon: the example config
 //! is generated from them. Secrets (passwords, the S3
@@ -391,6 +392,61 @@ impl Default for IngestConfig {
     }
 }
 
+/// The `[service_metrics]` table: the live service metrics ingest exports
+/// on `/metrics` from every stored event (request duration, TTFT, TPOT,
+/// queue, prefill and decode histograms; requests by status and error
+/// code; tokens by type), labelled by model, version, business line and
+/// request type. Every label has a cap on its distinct values: a value past
+/// it counts under `other`, and `inferlog_service_label_overflow_total`
+/// says how often. See docs/contract.md, "Live service metrics".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceMetricsConfig {
+    /// Export the service metrics. Default: true.
+    pub enabled: bool,
+    /// Label the token counter with a bucket of the hashed user id (the
+    /// only user dimension Prometheus sees), this many buckets; 0 turns the
+    /// label off. Default: 0.
+    pub user_buckets: u16,
+    /// Distinct `model_name` values at most. Default: 50.
+    pub max_models: usize,
+    /// Distinct `model_version` values at most. Default: 100.
+    pub max_model_versions: usize,
+    /// Distinct `business_line` values at most. Default: 50.
+    pub max_business_lines: usize,
+    /// Distinct `request_type` values at most. Default: 20.
+    pub max_request_types: usize,
+    /// Distinct `error_code` values at most. Default: 50.
+    pub max_error_codes: usize,
+}
+
+impl Default for ServiceMetricsConfig {
+    fn default() -> Self {
+        ServiceMetricsConfig {
+            enabled: true,
+            user_buckets: 0,
+            max_models: 50,
+            max_model_versions: 100,
+            max_business_lines: 50,
+            max_request_types: 20,
+            max_error_codes: 50,
+        }
+    }
+}
+
+impl ServiceMetricsConfig {
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let caps = [self.max_models, self.max_model_versions, self.max_business_lines, self.max_request_types, self.max_error_codes];
+        if caps.iter().any(|&c| c == 0 || c > 10_000) {
+            return Err(StoreError::Config("service_metrics.max_* must be 1..=10000 (a cap of distinct label values)".into()));
+        }
+        if self.user_buckets > 1000 {
+            return Err(StoreError::Config(format!("service_metrics.user_buckets = {} must be at most 1000", self.user_buckets)));
+        }
+        Ok(())
+    }
+}
+
 /// The `[compactor]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -524,6 +580,9 @@ mod tests {
         let bad = ColdConfig { url: "ftp://x/".into(), ..ColdConfig::default() }.validate().expect_err("scheme");
         assert!(bad.to_string().contains("ftp"), "{bad}");
         SamplingConfig::default().validate().expect("defaults");
+        ServiceMetricsConfig::default().validate().expect("defaults");
+        let bad = ServiceMetricsConfig { max_models: 0, ..ServiceMetricsConfig::default() }.validate().expect_err("cap 0");
+        assert!(bad.to_string().contains("service_metrics.max_"), "{bad}");
         let bad = SamplingConfig { base_rate: 0.0, ..SamplingConfig::default() }.validate().expect_err("rate 0");
         assert!(bad.to_string().contains("sampling.base_rate"), "{bad}");
         let bad = SamplingConfig { quantile: 1.0, ..SamplingConfig::default() }.validate().expect_err("q 1");

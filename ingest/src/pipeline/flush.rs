@@ -31,7 +31,8 @@ impl Pipeline {
         let offsets = batch.offsets.clone();
         let durable: Vec<(String, i32, i64)> = offsets.iter().map(|((t, p), (_, last))| (t.to_string(), *p, last + 1)).collect();
         let (buffered, rejects) = (batch.rows, batch.rejects.len());
-        let written = Written { offsets, buffered, rejects, started: Instant::now() };
+        let tallies = std::mem::take(&mut batch.tallies);
+        let written = Written { offsets, buffered, rejects, tallies, started: Instant::now() };
         let (writer, gate) = (self.writer.clone(), self.gate.clone());
         let guard = gate.enter();
         let task = tokio::spawn(async move {
@@ -62,7 +63,12 @@ impl Pipeline {
     /// partitions still owned are committed.
     pub(super) async fn committed(&mut self, batch: Written, result: Result<(), IngestError>) -> Result<(), IngestError> {
         result?;
-        let Written { offsets, buffered, rejects, started } = batch;
+        let Written { offsets, buffered, rejects, tallies, started } = batch;
+        // Durable: its events count in the service metrics (before the
+        // rows-inserted counter, so a scrape that sees one sees the other).
+        if let Some(service) = &self.service {
+            service.add(tallies.values());
+        }
         self.commit(&offsets).await?;
         let stored = buffered - rejects;
         self.summary.rows += stored as u64;

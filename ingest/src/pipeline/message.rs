@@ -166,7 +166,7 @@ impl Pipeline {
         }
         let kafka_ms = crate::skew::kafka_ms(message.timestamp());
         let rejection = match outcome {
-            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields } => {
+            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation } => {
                 if dropped_fields > 0 {
                     metrics::fields_dropped(&self.metrics, dropped_fields);
                 }
@@ -177,6 +177,9 @@ impl Pipeline {
                 let stored = self.recent.get(fingerprint).or_else(|| self.batch.request_ids.get(&fingerprint).copied());
                 match Seen::of(stored, content) {
                     Seen::New => {
+                        if let Some(o) = &observation {
+                            self.batch.observe(&key, o);
+                        }
                         self.batch.push_row(day, &encoded[range], (fingerprint, content), key, offset);
                         return Ok(());
                     }

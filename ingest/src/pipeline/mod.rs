@@ -48,6 +48,7 @@ use crate::normalize::{self, Input, Normalizer, Outcome};
 use crate::offsets::{Delivery, DrainState};
 use crate::partitions::{self, Partitions, Status};
 use crate::redact::{Redacted, Redactor};
+use crate::service_metrics::{Interner, ServiceMetrics, Tally};
 use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
 use crate::writer::Writer;
 
@@ -95,6 +96,8 @@ struct Written {
     offsets: PartitionMap<(i64, i64)>,
     buffered: usize,
     rejects: usize,
+    /// What its rows add to the service metrics, once durable.
+    tallies: PartitionMap<Tally>,
     started: Instant,
 }
 
@@ -113,6 +116,8 @@ struct Pipeline {
     rebalances: Arc<RebalanceLog>,
     fatal: Arc<source::FatalError>,
     metrics: Metrics,
+    /// The live service metrics (absent when `service_metrics.enabled` is false).
+    service: Option<ServiceMetrics>,
     partitions: Partitions,
     topics: HashMap<String, TopicEntry>,
     recent: RecentIds,
@@ -136,7 +141,15 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
     let redactor = Redactor::new(config.kafka.dlq_payload, hasher.clone());
-    let normalizer = Normalizer::new(contract, hasher, config.ingest.normalize_threads)?;
+    let interner = config.service_metrics.enabled.then(|| Arc::new(Interner::new(&config.service_metrics)));
+    let service = interner.clone().map(ServiceMetrics::new);
+    if let Some(service) = &service {
+        // Registered once per registry (a second run in one process reuses it).
+        if let Err(e) = metrics.registry.register(Box::new(service.clone())) {
+            tracing::warn!(error = %e, "service metrics not registered");
+        }
+    }
+    let normalizer = Normalizer::new(contract, hasher, config.ingest.normalize_threads, interner)?;
     let unprepared = ClickHouseSink::new(&config.clickhouse)?;
     let backoff = (config.ingest.retry_initial_backoff, config.ingest.retry_max_backoff);
     // ClickHouse may still be starting: wait for it, until a shutdown; a
@@ -168,6 +181,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         rebalances,
         fatal,
         metrics,
+        service,
         partitions: Partitions::default(),
         topics: HashMap::new(),
         batch: Batch::default(),
