@@ -515,6 +515,121 @@ pub struct SamplingConfig {
     /// Seed of the hash of `request_id` that picks the ordinary rows kept:
     /// the same seed keeps the same rows. Default: 0.
     pub seed: u64,
+    /// More rows to keep whole, weight 1, each rule under its own
+    /// `sample_reason`: a row meeting every condition of a rule is kept
+    /// (after the built-in reasons; the first matching rule names it), e.g.
+    /// `[[sampling.keep]]` `reason = "cache_miss_long"`, `when = [{ field =
+    /// "cache_hit", op = "eq", value = false }, { field = "input_tokens", op
+    /// = "gt", value = 8000 }]`. Default: none.
+    pub keep: Vec<KeepRule>,
+}
+
+/// A rule of `[[sampling.keep]]`: rows meeting all of `when` are kept whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeepRule {
+    /// The `sample_reason` of the rows it keeps: 1 to 32 of `[a-z0-9_]`,
+    /// not a built-in reason (error, truncated, slow, long, sampled, all).
+    pub reason: String,
+    /// The conditions, all of which a row meets (at least one).
+    pub when: Vec<Condition>,
+}
+
+/// One condition over a field of the contract: `field op value`. A row
+/// without the (optional) field does not meet it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    /// Numbers: input_tokens, output_tokens, total_latency_ms, error_code,
+    /// queue_wait_ms, prefill_time_ms, decode_time_ms, ttft_ms, tpot_ms,
+    /// gpu_id, batch_size, cache_prefix_tokens, gpu_mem_peak_mb; true or
+    /// false: cache_hit, truncated; text: business_line, model_name,
+    /// model_version, request_type, tenant, error_stage.
+    pub field: String,
+    /// One of eq, ne, gt, ge, lt, le (text and true/false: eq, ne).
+    pub op: CompareOp,
+    pub value: ConditionValue,
+}
+
+/// How a [`Condition`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Gt,
+    Ge,
+    Lt,
+    Le,
+}
+
+/// The value a [`Condition`] compares with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ConditionValue {
+    Bool(bool),
+    Number(f64),
+    Text(String),
+}
+
+/// The fields a [`Condition`] may name, by the kind of value they hold.
+pub const KEEP_NUMBER_FIELDS: [&str; 13] = [
+    "input_tokens",
+    "output_tokens",
+    "total_latency_ms",
+    "error_code",
+    "queue_wait_ms",
+    "prefill_time_ms",
+    "decode_time_ms",
+    "ttft_ms",
+    "tpot_ms",
+    "gpu_id",
+    "batch_size",
+    "cache_prefix_tokens",
+    "gpu_mem_peak_mb",
+];
+pub const KEEP_BOOL_FIELDS: [&str; 2] = ["cache_hit", "truncated"];
+pub const KEEP_TEXT_FIELDS: [&str; 6] = ["business_line", "model_name", "model_version", "request_type", "tenant", "error_stage"];
+
+/// The reasons the compactor gives itself.
+pub const BUILT_IN_REASONS: [&str; 6] = ["error", "truncated", "slow", "long", "sampled", "all"];
+
+impl KeepRule {
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let name = &self.reason;
+        let bad = |why: String| StoreError::Config(format!("sampling.keep reason {name:?}: {why}"));
+        if name.is_empty() || name.len() > 32 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+            return Err(bad("must be 1 to 32 of [a-z0-9_]".into()));
+        }
+        if BUILT_IN_REASONS.contains(&name.as_str()) {
+            return Err(bad("is a built-in reason".into()));
+        }
+        if self.when.is_empty() {
+            return Err(bad("needs at least one condition in `when`".into()));
+        }
+        for c in &self.when {
+            let field = c.field.as_str();
+            let ordered = !matches!(c.op, CompareOp::Eq | CompareOp::Ne);
+            let fits = match &c.value {
+                ConditionValue::Number(v) => KEEP_NUMBER_FIELDS.contains(&field) && v.is_finite(),
+                ConditionValue::Bool(_) => KEEP_BOOL_FIELDS.contains(&field) && !ordered,
+                ConditionValue::Text(_) => KEEP_TEXT_FIELDS.contains(&field) && !ordered,
+            };
+            if !fits {
+                let known = KEEP_NUMBER_FIELDS.contains(&field) || KEEP_BOOL_FIELDS.contains(&field) || KEEP_TEXT_FIELDS.contains(&field);
+                let why = if known {
+                    format!(
+                        "field {field:?}: op {:?} with value {:?} does not fit its kind (numbers: any op; true/false and text: eq, ne)",
+                        c.op, c.value
+                    )
+                } else {
+                    format!("field {field:?} is not one a rule can test (see the example config)")
+                };
+                return Err(bad(why));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for SamplingConfig {
@@ -531,6 +646,7 @@ impl Default for SamplingConfig {
             long_output_tokens: 4096,
             long_input_tokens: 32_768,
             seed: 0,
+            keep: Vec::new(),
         }
     }
 }
@@ -548,6 +664,15 @@ impl SamplingConfig {
         }
         if self.history_days > 366 {
             return Err(StoreError::Config(format!("sampling.history_days = {} must be at most 366", self.history_days)));
+        }
+        for (i, rule) in self.keep.iter().enumerate() {
+            rule.validate()?;
+            if self.keep[..i].iter().any(|r| r.reason == rule.reason) {
+                return Err(StoreError::Config(format!("sampling.keep reason {:?} is given twice", rule.reason)));
+            }
+            if i >= 32 {
+                return Err(StoreError::Config("sampling.keep: at most 32 rules".into()));
+            }
         }
         Ok(())
     }
@@ -581,6 +706,24 @@ mod tests {
         assert!(bad.to_string().contains("ftp"), "{bad}");
         SamplingConfig::default().validate().expect("defaults");
         ServiceMetricsConfig::default().validate().expect("defaults");
+        let rule: SamplingConfig = toml::from_str(
+            "[[keep]]\nreason = \"cache_miss_long\"\nwhen = [{ field = \"cache_hit\", op = \"eq\", value = false }, { field = \"input_tokens\", op = \"gt\", value = 8000 }]\n",
+        )
+        .expect("a keep rule");
+        rule.validate().expect("valid");
+        assert_eq!(rule.keep[0].when[1].value, ConditionValue::Number(8000.0));
+        for (toml, why) in [
+            ("reason = \"slow\"\nwhen = [{ field = \"ttft_ms\", op = \"gt\", value = 1 }]", "built-in"),
+            ("reason = \"x\"\nwhen = []", "at least one condition"),
+            ("reason = \"x\"\nwhen = [{ field = \"prompt\", op = \"eq\", value = \"a\" }]", "not one a rule can test"),
+            ("reason = \"x\"\nwhen = [{ field = \"cache_hit\", op = \"gt\", value = true }]", "does not fit"),
+            ("reason = \"x\"\nwhen = [{ field = \"input_tokens\", op = \"eq\", value = \"8\" }]", "does not fit"),
+            ("reason = \"Bad Name\"\nwhen = [{ field = \"ttft_ms\", op = \"gt\", value = 1 }]", "[a-z0-9_]"),
+        ] {
+            let rule: KeepRule = toml::from_str(toml).expect(toml);
+            let e = rule.validate().expect_err(toml);
+            assert!(e.to_string().contains(why) && e.to_string().contains("sampling.keep"), "{toml}: {e}");
+        }
         let bad = ServiceMetricsConfig { max_models: 0, ..ServiceMetricsConfig::default() }.validate().expect_err("cap 0");
         assert!(bad.to_string().contains("service_metrics.max_"), "{bad}");
         let bad = SamplingConfig { base_rate: 0.0, ..SamplingConfig::default() }.validate().expect_err("rate 0");

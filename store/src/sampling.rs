@@ -2,7 +2,8 @@
 //! a day to archive. Out: the day's [`Rule`]: the one recorded with the day
 //! (`sampling_days`, `sampling_thresholds`), else one derived from the
 //! aggregates of the `history_days` before it (the configured quantile of
-//! each group's merged total-latency and TTFT histograms) and recorded,
+//! each group's merged total-latency and TTFT histograms, and the keep
+//! rules of `[[sampling.keep]]`) and recorded,
 //! so archiving the day again (after a crash, or late rows) keeps the same
 //! rows, and the archive can be derived again and checked.
 
@@ -11,9 +12,11 @@ use std::collections::HashMap;
 use sqlx::Row;
 
 use crate::catalog::{date_of, Catalog};
+use crate::config::KeepRule;
 use crate::config::SamplingConfig;
 use crate::error::StoreError;
 use crate::model::aggregates::hist_column;
+use crate::model::keep::Keep;
 use crate::model::measures::{TOTAL, TTFT};
 use crate::model::sample::{GroupHistory, Rule, Source, Thresholds};
 use crate::Day;
@@ -103,12 +106,15 @@ impl Catalog {
             };
             groups.insert(group, t);
         }
+        let keep_rules: Vec<KeepRule> = serde_json::from_str(d.try_get("keep_rules").map_err(decode())?)
+            .map_err(|e| StoreError::Config(format!("the keep rules recorded with {day:?} do not read: {e}")))?;
         Ok(Some(Rule {
             base_rate: d.try_get("base_rate").map_err(decode())?,
             min_per_stratum: d.try_get::<i64, _>("min_per_stratum").map_err(decode())? as u64,
             seed: d.try_get::<i64, _>("seed").map_err(decode())? as u64,
             groups,
             fixed,
+            keep: keep_rules.iter().map(Keep::new).collect::<Result<_, _>>()?,
         }))
     }
 
@@ -119,13 +125,15 @@ impl Catalog {
             return Ok(rule);
         }
         let history = self.group_history(day, config.history_days, config.quantile).await?;
-        let rule = Rule::new(config, &history);
+        let rule = Rule::new(config, &history)?;
+        let keep_rules: Vec<&KeepRule> = rule.keep.iter().map(|k| &k.rule).collect();
+        let keep_rules = serde_json::to_string(&keep_rules).map_err(|e| StoreError::Config(format!("keep rules: {e}")))?;
         let rows: HashMap<_, u64> = history.iter().map(|h| (h.group.clone(), h.total_rows)).collect();
         let mut tx = self.pool().begin().await.map_err(StoreError::postgres("begin"))?;
         sqlx::query(
             "INSERT INTO sampling_days (day, base_rate, min_per_stratum, quantile, history_days, min_history_rows, seed, \
-             slow_total_latency_ms, slow_ttft_ms, long_output_tokens, long_input_tokens) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+             slow_total_latency_ms, slow_ttft_ms, long_output_tokens, long_input_tokens, keep_rules) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(date_of(day))
         .bind(rule.base_rate)
@@ -138,6 +146,7 @@ impl Catalog {
         .bind(rule.fixed.slow_ttft_ms)
         .bind(i64::from(rule.fixed.long_output_tokens))
         .bind(i64::from(rule.fixed.long_input_tokens))
+        .bind(&keep_rules)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::postgres("record sampling rule"))?;

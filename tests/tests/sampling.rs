@@ -15,9 +15,12 @@ use inferlog_tests::clickhouse;
 use inferlog_tests::repo_root;
 use inferlog_tests::tiers::{day_string, s3_endpoint, s3_secret, today, TierScenario};
 
-/// The test's sampling: the default rate, a floor of 3 rows per stratum.
+/// The test's sampling: the default rate, a floor of 3 rows per stratum,
+/// and a keep rule of the user's: cache misses on inputs of 12,345 tokens or more.
 const SAMPLING: &str = "[sampling]\nenabled = true\nbase_rate = 0.1\nmin_per_stratum = 3\nmin_history_rows = 200\n\
-                        slow_total_latency_ms = 20000.0\nslow_ttft_ms = 4000.0\nlong_output_tokens = 3000\n";
+                        slow_total_latency_ms = 20000.0\nslow_ttft_ms = 4000.0\nlong_output_tokens = 3000\n\
+                        [[sampling.keep]]\nreason = \"cache_miss_long\"\n\
+                        when = [{ field = \"cache_hit\", op = \"eq\", value = false }, { field = \"input_tokens\", op = \"ge\", value = 12345 }]\n";
 
 /// The contract's input buckets, by their upper bounds.
 fn input_bucket(tokens: u64) -> &'static str {
@@ -86,12 +89,13 @@ struct Hot {
     ttft_ms: Option<f64>,
     error_code: i64,
     truncated: bool,
+    cache_hit: Option<bool>,
 }
 
 fn hot_rows(s: &TierScenario, day: i32) -> Vec<Hot> {
     let text = clickhouse(&format!(
         "SELECT request_id, business_line, model_name, model_version, input_tokens, intDiv(timestamp_ms, 3600000) % 24, output_tokens, total_latency_ms, \
-         ifNull(toString(ttft_ms), 'null'), error_code, ifNull(truncated, 0) FROM {} FINAL WHERE day = toDate('{}') FORMAT TSV",
+         ifNull(toString(ttft_ms), 'null'), error_code, ifNull(truncated, 0), ifNull(toString(cache_hit), 'null') FROM {} FINAL WHERE day = toDate('{}') FORMAT TSV",
         s.qualified_table(),
         day_string(day)
     ));
@@ -108,6 +112,7 @@ fn hot_rows(s: &TierScenario, day: i32) -> Vec<Hot> {
                 ttft_ms: f[8].parse().ok(),
                 error_code: f[9].parse().expect("code"),
                 truncated: f[10] == "1",
+                cache_hit: f[11].parse::<u8>().ok().map(|v| v != 0),
             }
         })
         .collect()
@@ -160,7 +165,8 @@ fn weighted_quantile(mut values: Vec<(f64, u64)>, q: f64) -> f64 {
 }
 
 /// A heavy day with a planted tail: one in 25 of the `search` line's
-/// requests 20 times slower, and one in 500 requests with a long output.
+/// requests 20 times slower, one in 500 requests with a long output, and
+/// one in 997 a cache miss on an input of 12,345 tokens (the keep rule's).
 fn heavy_day(last: i32) -> Vec<InferenceEvent> {
     let mut day = TierScenario::events(200_000, 1, last, 31);
     for (i, e) in day.iter_mut().enumerate() {
@@ -169,6 +175,11 @@ fn heavy_day(last: i32) -> Vec<InferenceEvent> {
         }
         if i % 500 == 7 && e.error_code == 0 {
             e.output_tokens = 3500;
+        }
+        if i % 997 == 3 {
+            e.cache_hit = Some(false);
+            e.cache_prefix_tokens = None;
+            e.input_tokens = 12_345;
         }
     }
     day
@@ -246,6 +257,8 @@ fn a_sampled_archive_keeps_the_tail_and_its_weights_add_up_to_the_exact_counts()
             Some("slow")
         } else if h.output_tokens > 3000 || h.input_tokens > 32_768 {
             Some("long")
+        } else if h.cache_hit == Some(false) && h.input_tokens >= 12_345 {
+            Some("cache_miss_long")
         } else {
             None
         };
@@ -258,6 +271,13 @@ fn a_sampled_archive_keeps_the_tail_and_its_weights_add_up_to_the_exact_counts()
     let slow_search = archived.iter().filter(|a| a.reason == "slow" && a.stratum.0 == "search").count();
     assert!(slow_search > 100, "the planted slow rows of search are kept: {slow_search}");
     assert!(archived.iter().any(|a| a.reason == "long") && archived.iter().any(|a| a.reason == "error"));
+    let planted = hot
+        .iter()
+        .filter(|h| h.input_tokens == 12_345 && h.cache_hit == Some(false) && kept[h.request_id.as_str()].reason == "cache_miss_long")
+        .count();
+    assert!(planted >= 150, "the planted cache misses are kept under the user's reason: {planted}");
+    let recorded = s.psql(&format!("SELECT keep_rules FROM sampling_days WHERE day = '{}'", day_string(last)));
+    assert!(recorded.contains("\"reason\":\"cache_miss_long\"") && recorded.contains("\"input_tokens\""), "recorded with the day: {recorded}");
 
     // Per stratum, the weights add up to ClickHouse's row count, exactly.
     let mut exact: BTreeMap<_, u64> = BTreeMap::new();

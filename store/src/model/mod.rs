@@ -9,6 +9,7 @@
 //! - [`stored`]: hot rows as read back ([`stored::StoredRow`]: every column; [`stored::FoldRow`]: what the aggregates fold).
 //! - [`archive`]: the archive's Arrow schema and the batches built from stored rows.
 //! - [`sample`]: the sampled archive's rule (which rows a day keeps, why, and the weights that keep totals exact).
+//! - [`keep`]: the user's `[[sampling.keep]]` rules (conditions over a stored row).
 //! - [`measures`]: the measures the aggregates describe (ClickHouse expression, Postgres columns, report label).
 //! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
 //! - [`aggregates`]: the Postgres aggregate tables' columns.
@@ -16,6 +17,7 @@
 pub mod aggregates;
 pub mod archive;
 pub mod fold;
+pub mod keep;
 pub mod measures;
 pub mod rows;
 pub mod sample;

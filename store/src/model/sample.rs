@@ -6,7 +6,9 @@
 //!
 //! - The tail is kept whole, weight 1: `error` (error_code ≠ 0),
 //!   `truncated`, `slow` (total latency or TTFT above its group's
-//!   threshold), `long` (input or output tokens above the threshold).
+//!   threshold), `long` (input or output tokens above the threshold),
+//!   then the user's `[[sampling.keep]]` rules, each under its own reason
+//!   ([`crate::model::keep`]).
 //! - The rest of each stratum (group × UTC hour) is sampled: a row is kept
 //!   when the top byte of the seeded XXH64 of its `request_id` is below the
 //!   stratum's cut. The cut starts at `base_rate` (rounded up to 1/256) and
@@ -28,6 +30,8 @@ use std::collections::{BTreeMap, HashMap};
 use inferlog_schema::InputBucket;
 
 use crate::config::SamplingConfig;
+use crate::error::StoreError;
+use crate::model::keep::Keep;
 use crate::model::stored::StoredRow;
 
 /// Why an archived row is there.
@@ -37,6 +41,8 @@ pub enum Reason {
     Truncated,
     Slow,
     Long,
+    /// A `[[sampling.keep]]` rule of this name matched.
+    Keep(&'static str),
     /// One of the ordinary rows its stratum kept.
     Sampled,
     /// The day was archived without sampling: every row, weight 1.
@@ -44,14 +50,13 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 6] = [Reason::Error, Reason::Truncated, Reason::Slow, Reason::Long, Reason::Sampled, Reason::All];
-
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::Error => "error",
             Reason::Truncated => "truncated",
             Reason::Slow => "slow",
             Reason::Long => "long",
+            Reason::Keep(name) => name,
             Reason::Sampled => "sampled",
             Reason::All => "all",
         }
@@ -123,12 +128,14 @@ pub struct Rule {
     /// Thresholds of the groups that have history; the rest use `fixed`.
     pub groups: HashMap<Group, Thresholds>,
     pub fixed: Thresholds,
+    /// The user's keep rules, in order.
+    pub keep: Vec<Keep>,
 }
 
 impl Rule {
     /// The rule of `config`, with thresholds from `history` where a group
     /// has at least `min_history_rows` values of the measure.
-    pub fn new(config: &SamplingConfig, history: &[GroupHistory]) -> Rule {
+    pub fn new(config: &SamplingConfig, history: &[GroupHistory]) -> Result<Rule, StoreError> {
         let fixed = Thresholds::fixed(config);
         let enough = |rows: u64, q: Option<f64>| q.filter(|_| rows >= config.min_history_rows.max(1));
         let groups = history
@@ -139,7 +146,8 @@ impl Rule {
                 Some((h.group.clone(), Thresholds { slow_total_latency_ms: total, slow_ttft_ms: ttft, source: Source::History, ..fixed }))
             })
             .collect();
-        Rule { base_rate: config.base_rate, min_per_stratum: config.min_per_stratum, seed: config.seed, groups, fixed }
+        let keep = config.keep.iter().map(Keep::new).collect::<Result<_, _>>()?;
+        Ok(Rule { base_rate: config.base_rate, min_per_stratum: config.min_per_stratum, seed: config.seed, groups, fixed, keep })
     }
 
     /// The thresholds of a row's group.
@@ -162,7 +170,7 @@ impl Rule {
         } else if row.output_tokens > t.long_output_tokens || row.input_tokens > t.long_input_tokens {
             Some(Reason::Long)
         } else {
-            None
+            self.keep.iter().find(|k| k.keeps(row)).map(|k| Reason::Keep(k.reason()))
         }
     }
 
@@ -288,28 +296,27 @@ struct Cut {
     seen: u64,
 }
 
-/// What the archive of a day kept, per business line and reason (in
-/// [`Reason::ALL`] order): rows kept and the rows they stand for.
+/// What the archive of a day kept, per business line and reason: rows
+/// kept and the rows they stand for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
-    pub kept: BTreeMap<String, [(u64, u64); Reason::ALL.len()]>,
+    pub kept: BTreeMap<String, BTreeMap<Reason, (u64, u64)>>,
 }
 
 impl Summary {
     pub fn add(&mut self, line: &str, reason: Reason, weight: u64) {
-        let counts = match self.kept.get_mut(line) {
-            Some(counts) => counts,
+        let reasons = match self.kept.get_mut(line) {
+            Some(reasons) => reasons,
             None => self.kept.entry(line.to_owned()).or_default(),
         };
-        counts[reason as usize].0 += 1;
-        counts[reason as usize].1 += weight;
+        let counts = reasons.entry(reason).or_default();
+        counts.0 += 1;
+        counts.1 += weight;
     }
 
     /// (line, reason, rows kept, rows they stand for), for each reason a line kept rows for.
     pub fn entries(&self) -> impl Iterator<Item = (&str, Reason, u64, u64)> {
-        self.kept.iter().flat_map(|(line, counts)| {
-            Reason::ALL.into_iter().zip(counts).filter(|(_, (rows, _))| *rows > 0).map(move |(r, (rows, weight))| (line.as_str(), r, *rows, *weight))
-        })
+        self.kept.iter().flat_map(|(line, reasons)| reasons.iter().map(move |(r, (rows, weight))| (line.as_str(), *r, *rows, *weight)))
     }
 
     /// Rows kept, and the rows they stand for, over every line and reason.
@@ -413,7 +420,7 @@ mod tests {
     #[test]
     fn the_tail_is_kept_and_weights_add_up_to_each_stratums_rows() {
         let config = SamplingConfig { enabled: true, min_per_stratum: 5, ..SamplingConfig::default() };
-        let rule = Rule::new(&config, &[]);
+        let rule = Rule::new(&config, &[]).expect("rule");
         let ids: Vec<String> = (0..5000).map(|i| format!("req-{i}")).collect();
         // Two lines, three hours each; every 50th row an error, every 70th slow.
         let rows: Vec<StoredRow<'_>> = ids
@@ -451,7 +458,7 @@ mod tests {
     #[test]
     fn small_strata_keep_their_floor_and_the_same_rows_twice() {
         let config = SamplingConfig { enabled: true, min_per_stratum: 20, ..SamplingConfig::default() };
-        let rule = Rule::new(&config, &[]);
+        let rule = Rule::new(&config, &[]).expect("rule");
         let ids: Vec<String> = (0..30).map(|i| format!("x{i}")).collect();
         let rows: Vec<StoredRow<'_>> = ids.iter().map(|id| row(id, "tiny", 1, 5.0, 0)).collect();
         let (first, _) = run(&rule, &rows);
@@ -460,7 +467,7 @@ mod tests {
         assert_eq!(first.iter().flatten().map(|(_, w)| w).sum::<u64>(), 30);
         let (second, _) = run(&rule, &rows);
         assert_eq!(first, second, "deterministic");
-        let other = Rule::new(&SamplingConfig { seed: 7, ..config }, &[]);
+        let other = Rule::new(&SamplingConfig { seed: 7, ..config }, &[]).expect("rule");
         assert_ne!(run(&other, &rows).0, first, "another seed keeps other rows");
     }
 
@@ -472,7 +479,7 @@ mod tests {
             GroupHistory { group: group("a"), total_rows: 500, total_quantile_ms: Some(800.0), ttft_rows: 50, ttft_quantile_ms: Some(90.0) },
             GroupHistory { group: group("b"), total_rows: 99, total_quantile_ms: Some(800.0), ttft_rows: 99, ttft_quantile_ms: Some(90.0) },
         ];
-        let rule = Rule::new(&config, &history);
+        let rule = Rule::new(&config, &history).expect("rule");
         let a = rule.thresholds("a", "m", "v1", "0-1k");
         assert_eq!((a.slow_total_latency_ms, a.slow_ttft_ms, a.source), (800.0, 5_000.0, Source::History));
         assert_eq!(rule.thresholds("b", "m", "v1", "0-1k"), &Thresholds::fixed(&config));
@@ -483,7 +490,7 @@ mod tests {
 
     #[test]
     fn rows_that_change_between_the_passes_are_reported() {
-        let rule = Rule::new(&SamplingConfig { enabled: true, base_rate: 1.0, ..SamplingConfig::default() }, &[]);
+        let rule = Rule::new(&SamplingConfig { enabled: true, base_rate: 1.0, ..SamplingConfig::default() }, &[]).expect("rule");
         let rows = [row("a", "x", 0, 1.0, 0), row("b", "x", 0, 1.0, 0)];
         let mut planner = Planner::new(rule);
         planner.add(&rows[0]);

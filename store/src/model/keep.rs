@@ -1,0 +1,214 @@
+//! The user's keep rules of the sampled archive. In: `[[sampling.keep]]`
+//! (validated at start-up) and a stored row. Out: the name of the first
+//! rule whose every condition the row meets, if any: its `sample_reason`.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use crate::config::{CompareOp, ConditionValue, KeepRule};
+use crate::error::StoreError;
+use crate::model::stored::StoredRow;
+
+/// A field a condition reads, by the kind of value it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    InputTokens,
+    OutputTokens,
+    TotalLatencyMs,
+    ErrorCode,
+    QueueWaitMs,
+    PrefillTimeMs,
+    DecodeTimeMs,
+    TtftMs,
+    TpotMs,
+    GpuId,
+    BatchSize,
+    CachePrefixTokens,
+    GpuMemPeakMb,
+    CacheHit,
+    Truncated,
+    BusinessLine,
+    ModelName,
+    ModelVersion,
+    RequestType,
+    Tenant,
+    ErrorStage,
+}
+
+/// A field's value in one row (`None`: the row does not carry it).
+enum Value<'a> {
+    Number(Option<f64>),
+    Bool(Option<bool>),
+    Text(Option<&'a str>),
+}
+
+impl Field {
+    fn parse(name: &str) -> Option<Field> {
+        use Field::*;
+        Some(match name {
+            "input_tokens" => InputTokens,
+            "output_tokens" => OutputTokens,
+            "total_latency_ms" => TotalLatencyMs,
+            "error_code" => ErrorCode,
+            "queue_wait_ms" => QueueWaitMs,
+            "prefill_time_ms" => PrefillTimeMs,
+            "decode_time_ms" => DecodeTimeMs,
+            "ttft_ms" => TtftMs,
+            "tpot_ms" => TpotMs,
+            "gpu_id" => GpuId,
+            "batch_size" => BatchSize,
+            "cache_prefix_tokens" => CachePrefixTokens,
+            "gpu_mem_peak_mb" => GpuMemPeakMb,
+            "cache_hit" => CacheHit,
+            "truncated" => Truncated,
+            "business_line" => BusinessLine,
+            "model_name" => ModelName,
+            "model_version" => ModelVersion,
+            "request_type" => RequestType,
+            "tenant" => Tenant,
+            "error_stage" => ErrorStage,
+            _ => return None,
+        })
+    }
+
+    fn get<'a>(self, r: &StoredRow<'a>) -> Value<'a> {
+        use Field::*;
+        let n = |v: Option<u32>| Value::Number(v.map(f64::from));
+        match self {
+            InputTokens => n(Some(r.input_tokens)),
+            OutputTokens => n(Some(r.output_tokens)),
+            TotalLatencyMs => Value::Number(Some(r.total_latency_ms)),
+            ErrorCode => Value::Number(Some(f64::from(r.error_code))),
+            QueueWaitMs => Value::Number(r.queue_wait_ms),
+            PrefillTimeMs => Value::Number(r.prefill_time_ms),
+            DecodeTimeMs => Value::Number(r.decode_time_ms),
+            TtftMs => Value::Number(r.ttft_ms),
+            TpotMs => Value::Number(r.tpot_ms),
+            GpuId => n(r.gpu_id),
+            BatchSize => n(r.batch_size),
+            CachePrefixTokens => n(r.cache_prefix_tokens),
+            GpuMemPeakMb => Value::Number(r.gpu_mem_peak_mb),
+            CacheHit => Value::Bool(r.cache_hit.map(|v| v != 0)),
+            Truncated => Value::Bool(r.truncated.map(|v| v != 0)),
+            BusinessLine => Value::Text(Some(r.business_line)),
+            ModelName => Value::Text(Some(r.model_name)),
+            ModelVersion => Value::Text(Some(r.model_version)),
+            RequestType => Value::Text(r.request_type),
+            Tenant => Value::Text(r.tenant),
+            ErrorStage => Value::Text(r.error_stage),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Test {
+    field: Field,
+    op: CompareOp,
+    value: ConditionValue,
+}
+
+impl Test {
+    fn holds(&self, row: &StoredRow<'_>) -> bool {
+        use std::cmp::Ordering::*;
+        let ordering = match (self.field.get(row), &self.value) {
+            (Value::Number(Some(v)), ConditionValue::Number(w)) => v.partial_cmp(w),
+            (Value::Bool(Some(v)), ConditionValue::Bool(w)) => Some(v.cmp(w)),
+            (Value::Text(Some(v)), ConditionValue::Text(w)) => Some(v.cmp(w.as_str())),
+            // Absent from the row (or a kind validation refused): not met.
+            _ => None,
+        };
+        matches!(
+            (self.op, ordering),
+            (CompareOp::Eq, Some(Equal))
+                | (CompareOp::Ne, Some(Less | Greater))
+                | (CompareOp::Gt, Some(Greater))
+                | (CompareOp::Ge, Some(Greater | Equal))
+                | (CompareOp::Lt, Some(Less))
+                | (CompareOp::Le, Some(Less | Equal))
+        )
+    }
+}
+
+/// A keep rule ready to test rows, with the rule as configured (recorded
+/// with each day it archives).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Keep {
+    pub rule: KeepRule,
+    reason: &'static str,
+    tests: Vec<Test>,
+}
+
+impl Keep {
+    pub fn new(rule: &KeepRule) -> Result<Keep, StoreError> {
+        rule.validate()?;
+        let tests = rule
+            .when
+            .iter()
+            .map(|c| {
+                let field = Field::parse(&c.field).ok_or_else(|| StoreError::Config(format!("sampling.keep field {:?} is unknown", c.field)))?;
+                Ok(Test { field, op: c.op, value: c.value.clone() })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Keep { rule: rule.clone(), reason: intern(&rule.reason), tests })
+    }
+
+    /// The reason of the rows it keeps.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+
+    /// Whether `row` meets every condition.
+    pub fn keeps(&self, row: &StoredRow<'_>) -> bool {
+        self.tests.iter().all(|t| t.holds(row))
+    }
+}
+
+/// The one copy of a reason's name for the process: reasons are few (the
+/// configured rules and those recorded with archived days), and a
+/// [`crate::model::sample::Reason`] stays `Copy`.
+fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = names.get(name) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Condition;
+
+    fn keep(conditions: Vec<(&str, CompareOp, ConditionValue)>) -> Keep {
+        let when = conditions.into_iter().map(|(f, op, value)| Condition { field: f.into(), op, value }).collect();
+        Keep::new(&KeepRule { reason: "cache_miss_long".into(), when }).expect("valid")
+    }
+
+    #[test]
+    fn a_row_is_kept_when_it_meets_every_condition_and_carries_each_field() {
+        let rule = keep(vec![
+            ("cache_hit", CompareOp::Eq, ConditionValue::Bool(false)),
+            ("input_tokens", CompareOp::Gt, ConditionValue::Number(8000.0)),
+            ("model_name", CompareOp::Ne, ConditionValue::Text("tiny".into())),
+        ]);
+        let base = StoredRow { input_tokens: 9000, cache_hit: Some(0), model_name: "big", ..StoredRow::example() };
+        assert!(rule.keeps(&base));
+        assert!(!rule.keeps(&StoredRow { input_tokens: 8000, ..base }), "8000 is not > 8000");
+        assert!(!rule.keeps(&StoredRow { cache_hit: Some(1), ..base }));
+        assert!(!rule.keeps(&StoredRow { cache_hit: None, ..base }), "a row without cache_hit does not meet it");
+        assert!(!rule.keeps(&StoredRow { model_name: "tiny", ..base }));
+        assert_eq!(rule.reason(), "cache_miss_long");
+        assert!(std::ptr::eq(rule.reason(), keep(vec![("ttft_ms", CompareOp::Ge, ConditionValue::Number(1.0))]).reason()), "one copy");
+        let ge = keep(vec![("ttft_ms", CompareOp::Ge, ConditionValue::Number(100.0))]);
+        assert!(ge.keeps(&StoredRow { ttft_ms: Some(100.0), ..base }) && !ge.keeps(&StoredRow { ttft_ms: Some(99.9), ..base }));
+        let le = keep(vec![
+            ("error_code", CompareOp::Le, ConditionValue::Number(0.0)),
+            ("request_type", CompareOp::Eq, ConditionValue::Text("code".into())),
+        ]);
+        assert!(le.keeps(&StoredRow { error_code: 0, request_type: Some("code"), ..base }));
+        assert!(!le.keeps(&StoredRow { error_code: 0, request_type: None, ..base }));
+    }
+}
