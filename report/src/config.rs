@@ -1,6 +1,6 @@
 //! Configuration of `inferlog-report`: the shared `[clickhouse]`,
-//! `[postgres]`, `[schema]` (the error dictionary), `[cost]` and
-//! `[budgets]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides,
+//! `[postgres]`, `[cold]` (days only the archive holds), `[schema]` (the
+//! error dictionary), `[cost]` and `[budgets]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides,
 //! validated once. Other commands' tables are ignored.
 
 use std::path::Path;
@@ -9,7 +9,7 @@ use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
 use inferlog_store::budget::BudgetsConfig;
 use inferlog_store::cost::CostConfig;
-use inferlog_store::{ClickHouseConfig, PostgresConfig};
+use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig};
 
 use crate::error::ReportError;
 
@@ -17,6 +17,7 @@ use crate::error::ReportError;
 pub struct Config {
     pub clickhouse: ClickHouseConfig,
     pub postgres: PostgresConfig,
+    pub cold: ColdConfig,
     pub schema: ContractConfig,
     pub cost: CostConfig,
     pub budgets: BudgetsConfig,
@@ -29,6 +30,7 @@ impl Config {
         let config = Config {
             clickhouse: section(&root, "clickhouse").map_err(bad)?,
             postgres: section(&root, "postgres").map_err(bad)?,
+            cold: section(&root, "cold").map_err(bad)?,
             schema: section(&root, "schema").map_err(bad)?,
             cost: section(&root, "cost").map_err(bad)?,
             budgets: section(&root, "budgets").map_err(bad)?,
@@ -40,6 +42,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ReportError> {
         self.clickhouse.validate()?;
         self.postgres.validate()?;
+        self.cold.validate()?;
         self.schema.validate().map_err(|e| ReportError::Config(e.to_string()))?;
         self.cost.validate()?;
         self.budgets.validate()?;

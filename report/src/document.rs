@@ -171,7 +171,7 @@ impl Document {
     /// `hot: 2026-11-28..2026-12-01; aggregates: 2026-11-20..2026-11-27`.
     pub fn tier_summary(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
-        for tier in [Tier::Hot, Tier::Aggregates, Tier::None] {
+        for tier in [Tier::Hot, Tier::Aggregates, Tier::Archive, Tier::None] {
             let days: Vec<inferlog_store::Day> =
                 self.tiers.iter().filter(|t| t.tier == tier).filter_map(|t| inferlog_store::parse_day(&t.day)).collect();
             if !days.is_empty() {

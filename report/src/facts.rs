@@ -33,6 +33,8 @@ pub enum Tier {
     Hot,
     /// Postgres: the day's aggregates (the hot rows are released).
     Aggregates,
+    /// The cold archive: its rows, weighted (the aggregates are gone).
+    Archive,
     /// No tier holds the day.
     None,
 }
@@ -42,6 +44,7 @@ impl Tier {
         match self {
             Tier::Hot => "hot",
             Tier::Aggregates => "aggregates",
+            Tier::Archive => "archive",
             Tier::None => "none",
         }
     }

@@ -17,6 +17,7 @@ use inferlog_report::threshold::FailIf;
 use inferlog_report::views::{self, Context, View};
 use inferlog_report::{render, Config, ReportError};
 use inferlog_store::catalog::Catalog;
+use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::HotTier;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -106,6 +107,8 @@ async fn run(args: Args) -> Result<i32, ReportError> {
     let stores = Stores {
         hot: HotTier::new(&config.clickhouse)?,
         catalog: Catalog::connect(&config.postgres).await?,
+        // Without a usable `[cold]`, the days only the archive holds are missing.
+        cold: ColdStore::new(&config.cold).inspect_err(|e| tracing::warn!(error = %e, "the archive is not readable here")).ok(),
         prices: config.cost.validate()?,
         dictionary,
     };

@@ -150,6 +150,13 @@ impl ColdStore {
         Ok(objects)
     }
 
+    /// One whole object's bytes.
+    pub async fn get(&self, key: &str) -> Result<bytes::Bytes, StoreError> {
+        let path = Path::from(key);
+        let got = self.store.get(&path).await.map_err(StoreError::object("read", key))?;
+        got.bytes().await.map_err(StoreError::object("read", key))
+    }
+
     /// Deletes one object; deleting one that is gone succeeds.
     pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
         match self.store.delete(&Path::from(key)).await {

@@ -331,6 +331,50 @@ fn a_sampled_archive_keeps_the_tail_and_its_weights_add_up_to_the_exact_counts()
     // 5,286 strata of 38 rows on average, each keeping at least 3: a quarter of the
     // bytes, not the fifth issue 29 aims at (docs/performance.md).
     assert!(sampled_bytes * 4 <= whole_bytes, "sampled {sampled_bytes} bytes is more than a quarter of {whole_bytes}");
+
+    // The day once only the archive holds it (hot rows dropped, aggregates
+    // deleted, as a shorter aggregate policy would): `inferlog-report`
+    // answers it from the weights, exact requests and errors per line, p99
+    // near ClickHouse's exact value, and says what is estimated.
+    let mut per_line: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for h in &hot {
+        let e = per_line.entry(h.stratum.0.as_str()).or_default();
+        e.0 += 1;
+        e.1 += u64::from(h.error_code != 0);
+    }
+    let exact_p99: HashMap<String, f64> = exact_q
+        .lines()
+        .map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            (c[0].to_owned(), c[2].parse().expect("p99"))
+        })
+        .collect();
+    let d = day_string(last);
+    for table in ["daily_aggregates", "hourly_aggregates", "daily_errors"] {
+        s.psql(&format!("DELETE FROM {table} WHERE day = '{d}'"));
+    }
+    clickhouse(&format!("ALTER TABLE {} DROP PARTITION '{d}'", s.qualified_table()));
+    for (line, (requests, errors)) in &per_line {
+        let (code, out) =
+            s.run("inferlog-report", &["--format", "json", "--from", &d, "--to", &d, "--business-line", line, "overview"], "report.log");
+        assert_eq!(code, 0, "{}", s.log("report.log"));
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let tier = doc["tiers"].as_array().expect("tiers").iter().find(|t| t["day"] == d.as_str()).map(|t| t["tier"].clone());
+        assert_eq!(tier, Some("archive".into()), "{}", doc["tiers"]);
+        let notes = doc["notes"].to_string();
+        assert!(notes.contains("sampled archive") && notes.contains("estimates"), "{notes}");
+        let metric = |name: &str| {
+            doc["tables"]["overview"]["rows"].as_array().expect("rows").iter().find(|r| r["metric"] == name).expect(name)["current"]
+                .as_f64()
+                .expect(name)
+        };
+        assert_eq!(metric("requests"), *requests as f64, "{line}: requests from the weights");
+        assert_eq!(((1.0 - metric("success_rate")) * *requests as f64).round(), *errors as f64, "{line}: errors are kept whole");
+        // The weighted rows' p99 is within 5% (checked above), and the report
+        // reads it from its histograms, within 1% of any value (α): 6.05% at most.
+        let (estimate, exact) = (metric("p99_total_ms"), exact_p99[*line]);
+        assert!((estimate - exact).abs() <= (1.05 * 1.01 - 1.0) * exact, "{line}: p99 from the archive {estimate} against exact {exact}");
+    }
 }
 
 #[test]

@@ -4,6 +4,10 @@
 //! - the hot tier (ClickHouse, every row) while it holds the day and the
 //!   compactor has not released it;
 //! - else the aggregates tier (Postgres), when the compactor aggregated it;
+//! - else the archive, when the manifest lists objects of the day (the
+//!   aggregates deleted by a shorter policy than the archive's): its rows,
+//!   weighted by `sample_weight`, with a note of what is exact and what an
+//!   estimate;
 //! - else no tier: the day is reported as missing, never as zero traffic
 //!   silently.
 //!
@@ -14,12 +18,14 @@
 //! them and the output says so; the others are reported missing.
 
 pub mod aggregates;
+pub mod archive;
 pub mod hot;
 
 use std::collections::BTreeSet;
 
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_store::catalog::{Catalog, DayState};
+use inferlog_store::cold::ColdStore;
 use inferlog_store::cost::PriceTable;
 use inferlog_store::hot::HotTier;
 use inferlog_store::Day;
@@ -36,7 +42,13 @@ pub struct Filter {
 }
 
 /// The tier of each day of `range`, given what each tier holds.
-pub fn route(range: Range, hot_days: &BTreeSet<Day>, released: &BTreeSet<Day>, aggregated: &BTreeSet<Day>) -> Vec<(Day, Tier)> {
+pub fn route(
+    range: Range,
+    hot_days: &BTreeSet<Day>,
+    released: &BTreeSet<Day>,
+    aggregated: &BTreeSet<Day>,
+    archived: &BTreeSet<Day>,
+) -> Vec<(Day, Tier)> {
     range
         .iter()
         .map(|day| {
@@ -46,6 +58,8 @@ pub fn route(range: Range, hot_days: &BTreeSet<Day>, released: &BTreeSet<Day>, a
                 Tier::Hot
             } else if aggregated.contains(&day) {
                 Tier::Aggregates
+            } else if archived.contains(&day) {
+                Tier::Archive
             } else {
                 Tier::None
             };
@@ -59,6 +73,8 @@ pub fn route(range: Range, hot_days: &BTreeSet<Day>, released: &BTreeSet<Day>, a
 pub struct Stores {
     pub hot: HotTier,
     pub catalog: Catalog,
+    /// The archive (`None`: `[cold]` not usable here; its days are missing).
+    pub cold: Option<ColdStore>,
     pub prices: PriceTable,
     pub dictionary: ErrorDictionary,
 }
@@ -79,16 +95,35 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -
     let released: BTreeSet<Day> =
         stores.catalog.days().await?.into_iter().filter(|r| r.state == DayState::Released && range.contains(r.day)).map(|r| r.day).collect();
     let aggregated: BTreeSet<Day> = aggregates::days(&stores.catalog, range.from, range.to).await?.into_iter().collect();
-    let routes = route(range, &hot_days, &released, &aggregated);
+    let archived: BTreeSet<Day> = match &stores.cold {
+        Some(_) => stores.catalog.manifest(None).await?.into_iter().map(|e| e.day).filter(|d| range.contains(*d)).collect(),
+        None => BTreeSet::new(),
+    };
+    let routes = route(range, &hot_days, &released, &aggregated, &archived);
     let pick = |tier: Tier| routes.iter().filter(|(_, t)| *t == tier).map(|(d, _)| *d).collect::<Vec<Day>>();
-    let (hot_days, aggregate_days) = (pick(Tier::Hot), pick(Tier::Aggregates));
-    let (from_hot, from_aggregates) = tokio::try_join!(
+    let (hot_days, aggregate_days, archive_days) = (pick(Tier::Hot), pick(Tier::Aggregates), pick(Tier::Archive));
+    // An archive that does not answer leaves its days missing, said so; the other tiers still answer.
+    let from_archive = async {
+        let Some(cold) = &stores.cold else { return Ok(Facts::default()) };
+        match archive::load(cold, &stores.catalog, &archive_days, filter, &stores.prices, &stores.dictionary).await {
+            Err(ReportError::Store(e)) if e.class() == inferlog_schema::ErrorClass::Retry => {
+                tracing::warn!(error = %e, "the archive is unreachable; the days only it holds are reported missing");
+                let days: Vec<String> = archive_days.iter().map(|d| inferlog_store::day_string(*d)).collect();
+                let note = format!("the archive did not answer ({e}): {} reported missing", days.join(", "));
+                Ok(Facts { tiers: archive_days.iter().map(|d| (*d, Tier::None)).collect(), notes: vec![note], ..Facts::default() })
+            }
+            other => other,
+        }
+    };
+    let (from_hot, from_aggregates, from_archive) = tokio::try_join!(
         hot::load(&stores.hot, &hot_days, filter, &stores.prices, &stores.dictionary),
         aggregates::load(&stores.catalog, &aggregate_days, filter, hours),
+        from_archive,
     )?;
     let mut facts = Facts { tiers: routes.iter().filter(|(_, t)| *t == Tier::None).copied().collect(), notes, ..Facts::default() };
     facts.absorb(from_hot);
     facts.absorb(from_aggregates);
+    facts.absorb(from_archive);
     Ok(facts)
 }
 
@@ -102,7 +137,11 @@ mod tests {
         // 1: aggregates only; 2: hot and aggregated (not released); 3: released with late hot rows;
         // 4: hot only (today); 5: nothing; 6: released, no aggregates (deleted by retention) but late rows:
         // missing, never answered from its late rows alone.
-        let routes = route(Range { from: 1, to: 6 }, &set(&[2, 3, 4, 6]), &set(&[1, 3, 6]), &set(&[1, 2, 3]));
+        let routes = route(Range { from: 1, to: 6 }, &set(&[2, 3, 4, 6]), &set(&[1, 3, 6]), &set(&[1, 2, 3]), &BTreeSet::new());
         assert_eq!(routes, vec![(1, Tier::Aggregates), (2, Tier::Hot), (3, Tier::Aggregates), (4, Tier::Hot), (5, Tier::None), (6, Tier::None)]);
+        // 6 again, now with its archive: the archive answers it; 1 and 2 stay with their tiers.
+        let routes = route(Range { from: 1, to: 6 }, &set(&[2, 3, 4, 6]), &set(&[1, 3, 6]), &set(&[1, 2, 3]), &set(&[1, 2, 6]));
+        assert_eq!(routes[5], (6, Tier::Archive));
+        assert_eq!((routes[0], routes[1]), ((1, Tier::Aggregates), (2, Tier::Hot)));
     }
 }

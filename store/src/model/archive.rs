@@ -1,6 +1,8 @@
 //! The archive's row format. In: [`StoredRow`]s. Out: Arrow record
 //! batches of [`archive_schema`], which the compactor writes as Parquet
-//! objects and reads back to verify.
+//! objects and reads back to verify; and back from such a batch, each
+//! row's [`FoldRow`] with its weight ([`fold_rows`], what the report folds
+//! for a day only the archive holds).
 //!
 //! ## Archive schema (schema version 1)
 //!
@@ -36,7 +38,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::model::sample::Reason;
-use crate::model::stored::StoredRow;
+use crate::model::stored::{FoldRow, StoredRow};
 
 /// Rows per Arrow batch: what the archive's reader hands its encoder.
 pub const BATCH_ROWS: usize = 32_768;
@@ -243,9 +245,108 @@ impl BatchBuilder {
     }
 }
 
+/// Calls `f` with each row of `batch` (of [`archive_schema`], after
+/// [`with_sample_columns`]) as the fold reads it, and its `sample_weight`.
+pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> Result<(), arrow_schema::ArrowError> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampMillisecondType};
+    use arrow_array::Array;
+    let column =
+        |name: &str| batch.column_by_name(name).ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("the archive has no column {name}")));
+    let text = |name| column(name).and_then(|c| c.as_string_opt::<i32>().ok_or_else(|| kind(name)));
+    let int64 = |name| column(name).and_then(|c| c.as_primitive_opt::<Int64Type>().ok_or_else(|| kind(name)));
+    let float = |name| column(name).and_then(|c| c.as_primitive_opt::<Float64Type>().ok_or_else(|| kind(name)));
+    let flag = |name| column(name).and_then(|c| c.as_boolean_opt().ok_or_else(|| kind(name)));
+    let time = column("timestamp")?.as_primitive_opt::<TimestampMillisecondType>().ok_or_else(|| kind("timestamp"))?;
+    let (line, model, version, stage, user) =
+        (text("business_line")?, text("model_name")?, text("model_version")?, text("error_stage")?, text("user_id_hash")?);
+    let (input, output, prefix, weight) = (int64("input_tokens")?, int64("output_tokens")?, int64("cache_prefix_tokens")?, int64("sample_weight")?);
+    let code = column("error_code")?.as_primitive_opt::<Int32Type>().ok_or_else(|| kind("error_code"))?;
+    let (total, queue, prefill, decode, ttft, tpot, gpu_mem) = (
+        float("total_latency_ms")?,
+        float("queue_wait_ms")?,
+        float("prefill_time_ms")?,
+        float("decode_time_ms")?,
+        float("ttft_ms")?,
+        float("tpot_ms")?,
+        float("gpu_mem_peak_mb")?,
+    );
+    let cache_hit = flag("cache_hit")?;
+    let opt_f = |a: &arrow_array::Float64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+    for i in 0..batch.num_rows() {
+        let row = FoldRow {
+            timestamp_ms: time.value(i) as u64,
+            business_line: line.value(i),
+            model_name: model.value(i),
+            model_version: version.value(i),
+            input_tokens: input.value(i) as u32,
+            output_tokens: output.value(i) as u32,
+            total_latency_ms: total.value(i),
+            error_code: code.value(i),
+            error_stage: opt_str(stage, i),
+            user_id_hash: opt_str(user, i),
+            queue_wait_ms: opt_f(queue, i),
+            prefill_time_ms: opt_f(prefill, i),
+            decode_time_ms: opt_f(decode, i),
+            ttft_ms: opt_f(ttft, i),
+            tpot_ms: opt_f(tpot, i),
+            cache_hit: cache_hit.is_valid(i).then(|| u8::from(cache_hit.value(i))),
+            cache_prefix_tokens: prefix.is_valid(i).then(|| prefix.value(i) as u32),
+            gpu_mem_peak_mb: opt_f(gpu_mem, i),
+        };
+        f(&row, weight.value(i).max(0) as u64);
+    }
+    Ok(())
+}
+
+fn opt_str(a: &arrow_array::StringArray, i: usize) -> Option<&str> {
+    use arrow_array::Array;
+    a.is_valid(i).then(|| a.value(i))
+}
+
+fn kind(name: &str) -> arrow_schema::ArrowError {
+    arrow_schema::ArrowError::SchemaError(format!("the archive's column {name} is not of its schema's type"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows written by the builder read back as the fold sees them, with their weights.
+    #[test]
+    fn archived_rows_read_back_as_fold_rows_with_weights() {
+        let mut b = BatchBuilder::new(archive_schema());
+        let row = StoredRow { cache_hit: Some(1), ttft_ms: None, error_stage: Some("decode"), error_code: 1003, ..StoredRow::example() };
+        b.append(&row, Reason::Error, 1);
+        b.append(&StoredRow::example(), Reason::Sampled, 9);
+        let batch = b.finish().expect("batch");
+        let mut read = Vec::new();
+        fold_rows(&batch, |r, w| read.push((format!("{r:?}"), w))).expect("reads");
+        let want = |r: &StoredRow<'_>| {
+            let f = FoldRow {
+                timestamp_ms: r.timestamp_ms,
+                business_line: r.business_line,
+                model_name: r.model_name,
+                model_version: r.model_version,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                total_latency_ms: r.total_latency_ms,
+                error_code: r.error_code,
+                error_stage: r.error_stage,
+                user_id_hash: r.user_id_hash,
+                queue_wait_ms: r.queue_wait_ms,
+                prefill_time_ms: r.prefill_time_ms,
+                decode_time_ms: r.decode_time_ms,
+                ttft_ms: r.ttft_ms,
+                tpot_ms: r.tpot_ms,
+                cache_hit: r.cache_hit,
+                cache_prefix_tokens: r.cache_prefix_tokens,
+                gpu_mem_peak_mb: r.gpu_mem_peak_mb,
+            };
+            format!("{f:?}")
+        };
+        assert_eq!(read, vec![(want(&row), 1), (want(&StoredRow::example()), 9)]);
+    }
 
     /// A column added to the hot table and read back is archived too.
     #[test]
