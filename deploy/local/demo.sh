@@ -78,6 +78,8 @@ step "rejected events by reason (also in the DLQ topic $run-dlq, redacted: no pl
 ch "SELECT reason, count() AS events FROM inferlog.${run}_rejects GROUP BY reason ORDER BY events DESC"
 step "reconciliation after ingest: produced = hot rows + rejects"
 ch "SELECT $produced AS produced, (SELECT count() FROM $t) AS hot_rows, (SELECT count() FROM inferlog.${run}_rejects) AS rejected"
+step "live service metrics, scraped by Prometheus (http://127.0.0.1:9490) while ingest ran, beside ClickHouse's exact figures"
+deploy/local/service_metrics_summary.py http://127.0.0.1:9490 http://127.0.0.1:8123 "$t" >&2 || echo "  (Prometheus did not answer)" >&2
 
 # The compactor and retention read the same config; this run gets its own Postgres schema and S3 prefix.
 # Sampling is off by default (deploy/local/inferlog.toml too); the demo turns
