@@ -19,12 +19,11 @@ use inferlog_store::catalog::ManifestEntry;
 use inferlog_store::cold::ColdStore;
 use inferlog_store::model::archive::with_sample_columns;
 use inferlog_store::Day;
-use object_store::path::Path;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
 use crate::archive::Archiver;
 use crate::error::CompactorError;
-use crate::verify::{verify_day, Expected, ObjectReader, ReadBack};
+use crate::verify::{verify_day, Expected, ReadBack};
 
 /// The column erasure matches on.
 const USER_COLUMN: &str = "user_id_hash";
@@ -59,10 +58,6 @@ pub fn erased_key(key: &str, request: &str) -> String {
     format!("{folder}{base}.e{request}.parquet")
 }
 
-fn reader(cold: &ColdStore, key: &str, size: u64) -> ObjectReader {
-    ObjectReader { store: cold.store().clone(), path: Path::from(key), size }
-}
-
 fn parquet_error(operation: &'static str, key: &str) -> impl Fn(parquet::errors::ParquetError) -> CompactorError {
     let key = key.to_owned();
     move |source| CompactorError::Parquet { operation, key: key.clone(), source }
@@ -83,7 +78,7 @@ fn user_column<'a>(batch: &'a RecordBatch, key: &str) -> Result<&'a StringArray,
 /// Reads the `user_id_hash` column of `key` (`size` bytes) and counts the rows holding `hashes`.
 pub async fn scan(cold: &ColdStore, key: &str, size: u64, hashes: &HashSet<String>) -> Result<Scan, CompactorError> {
     let err = parquet_error("scan", key);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader(cold, key, size)).await.map_err(&err)?;
+    let builder = ParquetRecordBatchStreamBuilder::new(cold.reader(key, size)).await.map_err(&err)?;
     let schema = builder.parquet_schema();
     let Some(leaf) = schema.columns().iter().position(|c| c.name() == USER_COLUMN) else {
         return Err(CompactorError::Archive { day: key.to_owned(), message: format!("{key} has no {USER_COLUMN} column") });
@@ -123,7 +118,7 @@ impl Archiver {
     ) -> Result<Rewritten, CompactorError> {
         let key = object.object_key.as_str();
         let err = parquet_error("rewrite", key);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader(&self.cold, key, object.bytes)).await.map_err(&err)?;
+        let builder = ParquetRecordBatchStreamBuilder::new(self.cold.reader(key, object.bytes)).await.map_err(&err)?;
         let part = builder
             .metadata()
             .file_metadata()

@@ -30,7 +30,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
-use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
@@ -99,35 +98,6 @@ impl ReadBack {
     }
 }
 
-/// Ranged reads of one object of known size, for the Parquet reader.
-#[derive(Debug)]
-pub struct ObjectReader {
-    pub store: Arc<dyn ObjectStore>,
-    pub path: Path,
-    pub size: u64,
-}
-
-fn external(e: object_store::Error) -> parquet::errors::ParquetError {
-    parquet::errors::ParquetError::External(Box::new(e))
-}
-
-impl AsyncFileReader for ObjectReader {
-    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        Box::pin(async move { self.store.get_range(&self.path, range).await.map_err(external) })
-    }
-
-    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        Box::pin(async move { self.store.get_ranges(&self.path, &ranges).await.map_err(external) })
-    }
-
-    fn get_metadata<'a>(&'a mut self, _options: Option<&'a ArrowReaderOptions>) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
-        Box::pin(async move {
-            let size = self.size;
-            Ok(Arc::new(ParquetMetaDataReader::new().load_and_finish(self, size).await?))
-        })
-    }
-}
-
 /// Bytes kept from the end of an object while streaming it: the footer
 /// (tens of KB for a 4M-row object) fits many times over.
 const TAIL_BYTES: u64 = 1024 * 1024;
@@ -154,7 +124,7 @@ pub struct ReadBackObject {
     pub size: u64,
     pub sha256: String,
     kept: Vec<(u64, Bytes)>,
-    fallback: ObjectReader,
+    fallback: inferlog_store::cold::ObjectReader,
 }
 
 impl ReadBackObject {
@@ -197,7 +167,7 @@ impl ReadBackObject {
             .filter(|((_, b), r)| b.len() as u64 == r.end - r.start)
             .map(|((start, b), _)| (start, b.freeze()))
             .collect();
-        let fallback = ObjectReader { store: cold.store().clone(), path: Path::from(key), size: position };
+        let fallback = cold.reader(key, position);
         Ok(ReadBackObject { size: position, sha256: hex::encode(hasher.finalize()), kept, fallback })
     }
 
@@ -237,7 +207,7 @@ impl ReadBackObject {
     /// The row count in the object's footer, decoded from the kept tail. An
     /// object that is not Parquet fails verification of `day`.
     pub async fn footer_rows(self, day: Day) -> Result<u64, CompactorError> {
-        let key = self.fallback.path.to_string();
+        let key = self.fallback.key();
         match ParquetRecordBatchStreamBuilder::new(self).await {
             Ok(builder) => Ok(builder.metadata().file_metadata().num_rows() as u64),
             Err(e) => Err(undecodable(day, &key, &e)),

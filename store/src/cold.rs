@@ -3,14 +3,21 @@
 //! server) or a local directory. Object names are a function of the day
 //! and the part number only, so a re-run overwrites instead of adding.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use futures_util::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectMeta, ObjectStore, ObjectStoreExt, RetryConfig};
+
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
 use crate::config::{ColdConfig, ColdLocation};
 use crate::error::StoreError;
@@ -150,19 +157,56 @@ impl ColdStore {
         Ok(objects)
     }
 
-    /// One whole object's bytes.
-    pub async fn get(&self, key: &str) -> Result<bytes::Bytes, StoreError> {
-        let path = Path::from(key);
-        let got = self.store.get(&path).await.map_err(StoreError::object("read", key))?;
-        got.bytes().await.map_err(StoreError::object("read", key))
-    }
-
     /// Deletes one object; deleting one that is gone succeeds.
     pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
         match self.store.delete(&Path::from(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(StoreError::object("delete", key)(e)),
         }
+    }
+}
+
+/// Ranged reads of one object of known size, for the Parquet reader.
+#[derive(Debug)]
+pub struct ObjectReader {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    size: u64,
+}
+
+fn external(e: object_store::Error) -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::External(Box::new(e))
+}
+
+impl ObjectReader {
+    /// The object's key.
+    pub fn key(&self) -> String {
+        self.path.to_string()
+    }
+}
+
+impl ColdStore {
+    /// Ranged reads of the object `key` of `size` bytes (the manifest's),
+    /// for a Parquet reader that fetches only the row groups it decodes.
+    pub fn reader(&self, key: &str, size: u64) -> ObjectReader {
+        ObjectReader { store: self.store.clone(), path: Path::from(key), size }
+    }
+}
+
+impl AsyncFileReader for ObjectReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        Box::pin(async move { self.store.get_range(&self.path, range).await.map_err(external) })
+    }
+
+    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        Box::pin(async move { self.store.get_ranges(&self.path, &ranges).await.map_err(external) })
+    }
+
+    fn get_metadata<'a>(&'a mut self, _options: Option<&'a ArrowReaderOptions>) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        Box::pin(async move {
+            let size = self.size;
+            Ok(Arc::new(ParquetMetaDataReader::new().load_and_finish(self, size).await?))
+        })
     }
 }
 

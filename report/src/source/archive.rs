@@ -1,9 +1,9 @@
 //! The archive as a source of facts, for the days no other tier holds (the
 //! hot rows released, the aggregates deleted by a shorter policy). In: the
 //! days routed here, the manifest and the cold store. Out: [`Facts`] folded
-//! from the day's archived rows by the store's one fold, each row counted
-//! as many times as its `sample_weight` says, and a note per day saying
-//! which figures are exact and which are estimates.
+//! from the day's archived rows (streamed a row group at a time) by the
+//! store's one fold, each row weighted by its `sample_weight`, and a note
+//! per day saying which figures are exact and which are estimates.
 //!
 //! A day archived whole (`sample_reason` `all`, weight 1) gives the same
 //! facts as the hot tier did. A sampled day gives exact requests per
@@ -14,6 +14,7 @@
 //! weighted: estimates (the tail above each group's `slow` threshold is
 //! whole, so high percentiles are read from complete data).
 
+use futures_util::TryStreamExt as _;
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_store::catalog::Catalog;
 use inferlog_store::cold::ColdStore;
@@ -21,7 +22,7 @@ use inferlog_store::cost::PriceTable;
 use inferlog_store::model::archive::{fold_rows, with_sample_columns};
 use inferlog_store::model::fold::DayFold;
 use inferlog_store::Day;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
 
 use crate::error::ReportError;
 use crate::facts::{Facts, Tier};
@@ -56,40 +57,28 @@ pub async fn load(
         let mut fold = DayFold::counting_users();
         let mut read = DayRead::default();
         for entry in catalog.manifest(Some(day)).await? {
-            let bytes = cold.get(&entry.object_key).await?;
-            let filter = filter.clone();
-            // Decoding is CPU work: off the async workers.
-            let folded = tokio::task::spawn_blocking(move || fold_object(bytes, fold, &filter, read)).await;
             let bad = |e: String| ReportError::Data(format!("archive object {}: {e}", entry.object_key));
-            (fold, read) = folded.map_err(|e| bad(e.to_string()))?.map_err(bad)?;
+            let object = cold.reader(&entry.object_key, entry.bytes);
+            let mut batches = ParquetRecordBatchStreamBuilder::new(object).await.and_then(|b| b.build()).map_err(|e| bad(e.to_string()))?;
+            while let Some(batch) = batches.try_next().await.map_err(|e| bad(e.to_string()))? {
+                let batch = with_sample_columns(batch).map_err(|e| bad(e.to_string()))?;
+                fold_rows(&batch, |row, weight| {
+                    let wanted = filter.business_line.as_deref().is_none_or(|l| l == row.business_line)
+                        && filter.model.as_deref().is_none_or(|m| m == row.model_name);
+                    if wanted {
+                        read.rows += 1;
+                        read.represented += weight;
+                        fold.add_weighted(row, weight);
+                    }
+                })
+                .map_err(|e| bad(e.to_string()))?;
+            }
         }
         add_day(&mut facts, day, fold.finish(), prices, dictionary);
         facts.notes.push(note(day, read));
     }
     facts.tiers = days.iter().map(|&d| (d, Tier::Archive)).collect();
     Ok(facts)
-}
-
-/// Folds one Parquet object's rows (those the filter keeps), each as many
-/// times as its weight.
-fn fold_object(bytes: bytes::Bytes, mut fold: DayFold, filter: &Filter, mut read: DayRead) -> Result<(DayFold, DayRead), String> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).and_then(|b| b.build()).map_err(|e| e.to_string())?;
-    for batch in reader {
-        let batch = with_sample_columns(batch.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        fold_rows(&batch, |row, weight| {
-            let wanted =
-                filter.business_line.as_deref().is_none_or(|l| l == row.business_line) && filter.model.as_deref().is_none_or(|m| m == row.model_name);
-            if wanted {
-                read.rows += 1;
-                read.represented += weight;
-                for _ in 0..weight {
-                    fold.add(row);
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    }
-    Ok((fold, read))
 }
 
 /// What the reader must know about a day read from the archive.

@@ -131,7 +131,7 @@ pub struct UserUse {
 /// What a day's rows fold into.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Folded {
-    /// Rows folded.
+    /// Rows folded (the rows they stand for, when weighted).
     pub rows: u64,
     pub daily: HashMap<GroupKey, Group>,
     /// Ordered by hour, business line, model, version.
@@ -210,11 +210,18 @@ impl DayFold {
 
     /// Counts one row.
     pub fn add(&mut self, row: &FoldRow<'_>) {
-        self.rows += 1;
+        self.add_weighted(row, 1);
+    }
+
+    /// Counts one row as `weight` rows (an archived row of a sampled day
+    /// stands for `sample_weight` requests).
+    pub fn add_weighted(&mut self, row: &FoldRow<'_>, weight: u64) {
+        let w = weight;
+        self.rows += w;
         let s = self.series_of(row);
         let series = &mut self.series[s];
-        let input = InputBucket::of(row.input_tokens);
-        let slot = input as usize * OutputBucket::ALL.len() + OutputBucket::of(row.output_tokens) as usize;
+        let input_bucket = InputBucket::of(row.input_tokens);
+        let slot = input_bucket as usize * OutputBucket::ALL.len() + OutputBucket::of(row.output_tokens) as usize;
         let daily =
             series.daily[slot].get_or_insert_with(|| Box::new(Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) }));
 
@@ -236,38 +243,40 @@ impl DayFold {
         }
         let hour = &mut series.hours[series.last_hour];
         let tokens = u64::from(row.input_tokens) + u64::from(row.output_tokens);
-        hour.requests += 1;
-        hour.errors += u64::from(row.error_code != 0);
-        hour.input_tokens += u64::from(row.input_tokens);
-        hour.output_tokens += u64::from(row.output_tokens);
-        hour.cache_prefix_tokens += u64::from(row.cache_prefix_tokens.unwrap_or(0));
+        let (errors, input, output) = (w * u64::from(row.error_code != 0), w * u64::from(row.input_tokens), w * u64::from(row.output_tokens));
+        let cached = w * u64::from(row.cache_prefix_tokens.unwrap_or(0));
+        hour.requests += w;
+        hour.errors += errors;
+        hour.input_tokens += input;
+        hour.output_tokens += output;
+        hour.cache_prefix_tokens += cached;
         let minute = &mut hour.minutes[((row.timestamp_ms / 60_000) % 60) as usize];
-        minute.0 += 1;
-        minute.1 += tokens;
+        minute.0 += w;
+        minute.1 += w * tokens;
         let totals = &mut daily.totals;
-        totals.requests += 1;
-        totals.errors += u64::from(row.error_code != 0);
-        totals.input_tokens += u64::from(row.input_tokens);
-        totals.output_tokens += u64::from(row.output_tokens);
-        totals.cache_hits += u64::from(row.cache_hit == Some(1));
-        totals.cache_prefix_tokens += u64::from(row.cache_prefix_tokens.unwrap_or(0));
+        totals.requests += w;
+        totals.errors += errors;
+        totals.input_tokens += input;
+        totals.output_tokens += output;
+        totals.cache_hits += w * u64::from(row.cache_hit == Some(1));
+        totals.cache_prefix_tokens += cached;
 
         for (m, value) in measures::of_row(row).into_iter().enumerate() {
             let Some(v) = value else { continue };
             // Each value's bucket once; a duration counts in both histograms.
             let bucket = (v > 0.0).then(|| histogram::bucket(v));
-            daily.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
+            daily.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, w);
             if let Some(h) = hour.histograms.get_mut(m) {
-                h.get_or_insert_with(Histogram::new).add_bucket(bucket, 1);
+                h.get_or_insert_with(Histogram::new).add_bucket(bucket, w);
             }
         }
 
         if row.error_code != 0 {
             // A stage left out and an empty one are the same group, as in `daily_errors`.
             let stage = row.error_stage.unwrap_or("");
-            match series.errors.iter_mut().find(|e| e.0 == input && e.1 == row.error_code && e.2 == stage) {
-                Some(e) => e.3 += 1,
-                None => series.errors.push((input, row.error_code, stage.to_owned(), 1)),
+            match series.errors.iter_mut().find(|e| e.0 == input_bucket && e.1 == row.error_code && e.2 == stage) {
+                Some(e) => e.3 += w,
+                None => series.errors.push((input_bucket, row.error_code, stage.to_owned(), w)),
             }
         }
 
@@ -277,8 +286,8 @@ impl DayFold {
                 users.insert(user.to_owned(), UserUse::default());
             }
             if let Some(u) = users.get_mut(user) {
-                u.requests += 1;
-                u.tokens += tokens;
+                u.requests += w;
+                u.tokens += w * tokens;
             }
         }
     }
@@ -468,5 +477,15 @@ mod tests {
         assert_eq!(in_key_order.hours.iter().map(|h| h.row.requests).sum::<u64>(), 2_000);
         assert_eq!(in_key_order.daily.values().map(|g| g.totals.requests).sum::<u64>(), 2_000);
         assert_eq!(in_key_order.daily.values().map(|g| g.histograms[0].as_ref().map_or(0, Histogram::count)).sum::<u64>(), 2_000);
+
+        // A row of weight w folds as w copies of it, users included.
+        let mut weighted = DayFold::counting_users();
+        let mut copies = DayFold::counting_users();
+        for (i, r) in rows.iter().enumerate() {
+            let (w, r) = ((i % 4 + 1) as u64, r.fold_row());
+            weighted.add_weighted(&r, w);
+            (0..w).for_each(|_| copies.add(&r));
+        }
+        assert_eq!(weighted.finish(), copies.finish(), "seed {seed}");
     }
 }
