@@ -572,24 +572,79 @@ pub enum ConditionValue {
     Text(String),
 }
 
-/// The fields a [`Condition`] may name, by the kind of value they hold.
-pub const KEEP_NUMBER_FIELDS: [&str; 13] = [
-    "input_tokens",
-    "output_tokens",
-    "total_latency_ms",
-    "error_code",
-    "queue_wait_ms",
-    "prefill_time_ms",
-    "decode_time_ms",
-    "ttft_ms",
-    "tpot_ms",
-    "gpu_id",
-    "batch_size",
-    "cache_prefix_tokens",
-    "gpu_mem_peak_mb",
-];
-pub const KEEP_BOOL_FIELDS: [&str; 2] = ["cache_hit", "truncated"];
-pub const KEEP_TEXT_FIELDS: [&str; 6] = ["business_line", "model_name", "model_version", "request_type", "tenant", "error_stage"];
+/// A field a [`Condition`] may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepField {
+    InputTokens,
+    OutputTokens,
+    TotalLatencyMs,
+    ErrorCode,
+    QueueWaitMs,
+    PrefillTimeMs,
+    DecodeTimeMs,
+    TtftMs,
+    TpotMs,
+    GpuId,
+    BatchSize,
+    CachePrefixTokens,
+    GpuMemPeakMb,
+    CacheHit,
+    Truncated,
+    BusinessLine,
+    ModelName,
+    ModelVersion,
+    RequestType,
+    Tenant,
+    ErrorStage,
+}
+
+impl KeepField {
+    pub fn parse(name: &str) -> Option<KeepField> {
+        use KeepField::*;
+        Some(match name {
+            "input_tokens" => InputTokens,
+            "output_tokens" => OutputTokens,
+            "total_latency_ms" => TotalLatencyMs,
+            "error_code" => ErrorCode,
+            "queue_wait_ms" => QueueWaitMs,
+            "prefill_time_ms" => PrefillTimeMs,
+            "decode_time_ms" => DecodeTimeMs,
+            "ttft_ms" => TtftMs,
+            "tpot_ms" => TpotMs,
+            "gpu_id" => GpuId,
+            "batch_size" => BatchSize,
+            "cache_prefix_tokens" => CachePrefixTokens,
+            "gpu_mem_peak_mb" => GpuMemPeakMb,
+            "cache_hit" => CacheHit,
+            "truncated" => Truncated,
+            "business_line" => BusinessLine,
+            "model_name" => ModelName,
+            "model_version" => ModelVersion,
+            "request_type" => RequestType,
+            "tenant" => Tenant,
+            "error_stage" => ErrorStage,
+            _ => return None,
+        })
+    }
+
+    /// The kind of value the field holds.
+    pub fn kind(self) -> FieldKind {
+        use KeepField::*;
+        match self {
+            CacheHit | Truncated => FieldKind::Bool,
+            BusinessLine | ModelName | ModelVersion | RequestType | Tenant | ErrorStage => FieldKind::Text,
+            _ => FieldKind::Number,
+        }
+    }
+}
+
+/// Numbers compare with any op; true/false and text with eq and ne.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldKind {
+    Number,
+    Bool,
+    Text,
+}
 
 /// The reasons the compactor gives itself.
 pub const BUILT_IN_REASONS: [&str; 6] = ["error", "truncated", "slow", "long", "sampled", "all"];
@@ -609,23 +664,20 @@ impl KeepRule {
         }
         for c in &self.when {
             let field = c.field.as_str();
+            let Some(kind) = KeepField::parse(field).map(KeepField::kind) else {
+                return Err(bad(format!("field {field:?} is not one a rule can test (see the example config)")));
+            };
             let ordered = !matches!(c.op, CompareOp::Eq | CompareOp::Ne);
             let fits = match &c.value {
-                ConditionValue::Number(v) => KEEP_NUMBER_FIELDS.contains(&field) && v.is_finite(),
-                ConditionValue::Bool(_) => KEEP_BOOL_FIELDS.contains(&field) && !ordered,
-                ConditionValue::Text(_) => KEEP_TEXT_FIELDS.contains(&field) && !ordered,
+                ConditionValue::Number(v) => kind == FieldKind::Number && v.is_finite(),
+                ConditionValue::Bool(_) => kind == FieldKind::Bool && !ordered,
+                ConditionValue::Text(_) => kind == FieldKind::Text && !ordered,
             };
             if !fits {
-                let known = KEEP_NUMBER_FIELDS.contains(&field) || KEEP_BOOL_FIELDS.contains(&field) || KEEP_TEXT_FIELDS.contains(&field);
-                let why = if known {
-                    format!(
-                        "field {field:?}: op {:?} with value {:?} does not fit its kind (numbers: any op; true/false and text: eq, ne)",
-                        c.op, c.value
-                    )
-                } else {
-                    format!("field {field:?} is not one a rule can test (see the example config)")
-                };
-                return Err(bad(why));
+                return Err(bad(format!(
+                    "field {field:?}: op {:?} with value {:?} does not fit its kind (numbers: any op; true/false and text: eq, ne)",
+                    c.op, c.value
+                )));
             }
         }
         Ok(())

@@ -5,35 +5,9 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use crate::config::{CompareOp, ConditionValue, KeepRule};
+use crate::config::{CompareOp, ConditionValue, KeepField, KeepRule};
 use crate::error::StoreError;
 use crate::model::stored::StoredRow;
-
-/// A field a condition reads, by the kind of value it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    InputTokens,
-    OutputTokens,
-    TotalLatencyMs,
-    ErrorCode,
-    QueueWaitMs,
-    PrefillTimeMs,
-    DecodeTimeMs,
-    TtftMs,
-    TpotMs,
-    GpuId,
-    BatchSize,
-    CachePrefixTokens,
-    GpuMemPeakMb,
-    CacheHit,
-    Truncated,
-    BusinessLine,
-    ModelName,
-    ModelVersion,
-    RequestType,
-    Tenant,
-    ErrorStage,
-}
 
 /// A field's value in one row (`None`: the row does not carry it).
 enum Value<'a> {
@@ -42,67 +16,38 @@ enum Value<'a> {
     Text(Option<&'a str>),
 }
 
-impl Field {
-    fn parse(name: &str) -> Option<Field> {
-        use Field::*;
-        Some(match name {
-            "input_tokens" => InputTokens,
-            "output_tokens" => OutputTokens,
-            "total_latency_ms" => TotalLatencyMs,
-            "error_code" => ErrorCode,
-            "queue_wait_ms" => QueueWaitMs,
-            "prefill_time_ms" => PrefillTimeMs,
-            "decode_time_ms" => DecodeTimeMs,
-            "ttft_ms" => TtftMs,
-            "tpot_ms" => TpotMs,
-            "gpu_id" => GpuId,
-            "batch_size" => BatchSize,
-            "cache_prefix_tokens" => CachePrefixTokens,
-            "gpu_mem_peak_mb" => GpuMemPeakMb,
-            "cache_hit" => CacheHit,
-            "truncated" => Truncated,
-            "business_line" => BusinessLine,
-            "model_name" => ModelName,
-            "model_version" => ModelVersion,
-            "request_type" => RequestType,
-            "tenant" => Tenant,
-            "error_stage" => ErrorStage,
-            _ => return None,
-        })
-    }
-
-    fn get<'a>(self, r: &StoredRow<'a>) -> Value<'a> {
-        use Field::*;
-        let n = |v: Option<u32>| Value::Number(v.map(f64::from));
-        match self {
-            InputTokens => n(Some(r.input_tokens)),
-            OutputTokens => n(Some(r.output_tokens)),
-            TotalLatencyMs => Value::Number(Some(r.total_latency_ms)),
-            ErrorCode => Value::Number(Some(f64::from(r.error_code))),
-            QueueWaitMs => Value::Number(r.queue_wait_ms),
-            PrefillTimeMs => Value::Number(r.prefill_time_ms),
-            DecodeTimeMs => Value::Number(r.decode_time_ms),
-            TtftMs => Value::Number(r.ttft_ms),
-            TpotMs => Value::Number(r.tpot_ms),
-            GpuId => n(r.gpu_id),
-            BatchSize => n(r.batch_size),
-            CachePrefixTokens => n(r.cache_prefix_tokens),
-            GpuMemPeakMb => Value::Number(r.gpu_mem_peak_mb),
-            CacheHit => Value::Bool(r.cache_hit.map(|v| v != 0)),
-            Truncated => Value::Bool(r.truncated.map(|v| v != 0)),
-            BusinessLine => Value::Text(Some(r.business_line)),
-            ModelName => Value::Text(Some(r.model_name)),
-            ModelVersion => Value::Text(Some(r.model_version)),
-            RequestType => Value::Text(r.request_type),
-            Tenant => Value::Text(r.tenant),
-            ErrorStage => Value::Text(r.error_stage),
-        }
+/// The value of `field` in `r`.
+fn get<'a>(field: KeepField, r: &StoredRow<'a>) -> Value<'a> {
+    use KeepField::*;
+    let n = |v: Option<u32>| Value::Number(v.map(f64::from));
+    match field {
+        InputTokens => n(Some(r.input_tokens)),
+        OutputTokens => n(Some(r.output_tokens)),
+        TotalLatencyMs => Value::Number(Some(r.total_latency_ms)),
+        ErrorCode => Value::Number(Some(f64::from(r.error_code))),
+        QueueWaitMs => Value::Number(r.queue_wait_ms),
+        PrefillTimeMs => Value::Number(r.prefill_time_ms),
+        DecodeTimeMs => Value::Number(r.decode_time_ms),
+        TtftMs => Value::Number(r.ttft_ms),
+        TpotMs => Value::Number(r.tpot_ms),
+        GpuId => n(r.gpu_id),
+        BatchSize => n(r.batch_size),
+        CachePrefixTokens => n(r.cache_prefix_tokens),
+        GpuMemPeakMb => Value::Number(r.gpu_mem_peak_mb),
+        CacheHit => Value::Bool(r.cache_hit.map(|v| v != 0)),
+        Truncated => Value::Bool(r.truncated.map(|v| v != 0)),
+        BusinessLine => Value::Text(Some(r.business_line)),
+        ModelName => Value::Text(Some(r.model_name)),
+        ModelVersion => Value::Text(Some(r.model_version)),
+        RequestType => Value::Text(r.request_type),
+        Tenant => Value::Text(r.tenant),
+        ErrorStage => Value::Text(r.error_stage),
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct Test {
-    field: Field,
+    field: KeepField,
     op: CompareOp,
     value: ConditionValue,
 }
@@ -110,7 +55,7 @@ struct Test {
 impl Test {
     fn holds(&self, row: &StoredRow<'_>) -> bool {
         use std::cmp::Ordering::*;
-        let ordering = match (self.field.get(row), &self.value) {
+        let ordering = match (get(self.field, row), &self.value) {
             (Value::Number(Some(v)), ConditionValue::Number(w)) => v.partial_cmp(w),
             (Value::Bool(Some(v)), ConditionValue::Bool(w)) => Some(v.cmp(w)),
             (Value::Text(Some(v)), ConditionValue::Text(w)) => Some(v.cmp(w.as_str())),
@@ -145,7 +90,7 @@ impl Keep {
             .when
             .iter()
             .map(|c| {
-                let field = Field::parse(&c.field).ok_or_else(|| StoreError::Config(format!("sampling.keep field {:?} is unknown", c.field)))?;
+                let field = KeepField::parse(&c.field).ok_or_else(|| StoreError::Config(format!("sampling.keep field {:?} is unknown", c.field)))?;
                 Ok(Test { field, op: c.op, value: c.value.clone() })
             })
             .collect::<Result<_, StoreError>>()?;

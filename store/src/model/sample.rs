@@ -488,6 +488,13 @@ mod tests {
         assert_eq!(rule.tail(&slow, rule.thresholds("b", "m", "v1", "0-1k")), None);
     }
 
+    /// The names a keep rule may not take are the built-in reasons' own.
+    #[test]
+    fn built_in_reasons_are_the_ones_keep_rules_may_not_name() {
+        let names = [Reason::Error, Reason::Truncated, Reason::Slow, Reason::Long, Reason::Sampled, Reason::All].map(Reason::as_str);
+        assert_eq!(names, crate::config::BUILT_IN_REASONS);
+    }
+
     #[test]
     fn rows_that_change_between_the_passes_are_reported() {
         let rule = Rule::new(&SamplingConfig { enabled: true, base_rate: 1.0, ..SamplingConfig::default() }, &[]).expect("rule");
