@@ -180,29 +180,30 @@ mod tests {
         inferlog_store::model::rows::HotRow::new(event, Arc::from("events"), 0, 1, 0)
     }
 
-    fn render(m: &ServiceMetrics) -> String {
+    /// `/metrics` of an exporter with `config` once `rows` are durable.
+    fn export(config: &ServiceMetricsConfig, rows: &[inferlog_store::model::rows::HotRow]) -> String {
+        let interner = Arc::new(Interner::new(config));
+        let metrics = ServiceMetrics::new(interner.clone());
+        let (mut cache, mut tally) = (Cache::default(), Tally::default());
+        for r in rows {
+            tally.observe(&interner.observe(r, &mut cache));
+        }
+        metrics.add([&tally]);
         let registry = prometheus::Registry::new();
-        registry.register(Box::new(m.clone())).expect("registers");
+        registry.register(Box::new(metrics)).expect("registers");
         inferlog_store::http::render(&registry)
     }
 
     #[test]
     fn renders_cumulative_buckets_statuses_tokens_and_overflow() {
         let config = ServiceMetricsConfig { max_models: 1, ..ServiceMetricsConfig::default() };
-        let interner = Arc::new(Interner::new(&config));
-        let metrics = ServiceMetrics::new(interner.clone());
-        let mut cache = Cache::default();
-        let mut tally = Tally::default();
-        for r in [
+        let rows = [
             row("m1", "search", 0, 80.0, None),
             row("m1", "search", 0, 700.0, None),
             row("m1", "search", 1003, 3000.0, None),
             row("m2", "ads", 0, 80.0, None),
-        ] {
-            tally.observe(&interner.observe(&r, &mut cache));
-        }
-        metrics.add([&tally]);
-        let text = render(&metrics);
+        ];
+        let text = export(&config, &rows);
         let has = |line: &str| assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         let series = r#"business_line="search",model_name="m1",model_version="v1",request_type="unknown""#;
         has(&format!(r#"inferlog_service_request_duration_seconds_bucket{{{series},le="0.1"}} 1"#));
@@ -231,17 +232,10 @@ mod tests {
     #[test]
     fn user_buckets_label_only_the_token_counter() {
         let config = ServiceMetricsConfig { user_buckets: 10, ..ServiceMetricsConfig::default() };
-        let interner = Arc::new(Interner::new(&config));
-        let metrics = ServiceMetrics::new(interner.clone());
-        let mut tally = Tally::default();
         let r = row("m1", "search", 0, 80.0, Some("alice@example.com"));
-        let o = interner.observe(&r, &mut Cache::default());
         let bucket = super::super::labels::user_bucket(r.user_id_hash.as_deref().expect("hashed"), 10);
-        assert_eq!(o.user_bucket, bucket);
-        tally.observe(&o);
-        tally.observe(&interner.observe(&row("m1", "search", 0, 90.0, None), &mut Cache::default()));
-        metrics.add([&tally]);
-        let text = render(&metrics);
+        assert_eq!(Interner::new(&config).observe(&r, &mut Cache::default()).user_bucket, bucket);
+        let text = export(&config, &[r, row("m1", "search", 0, 90.0, None)]);
         assert!(text.contains(&format!(r#"type="output",user_bucket="{bucket}"}} 20"#)), "{text}");
         assert!(text.contains(r#"type="output",user_bucket="none"} 20"#), "an event without a user: {text}");
         assert!(!text.contains("alice"), "{text}");
