@@ -17,7 +17,7 @@ use arrow_array::{BooleanArray, RecordBatch, StringArray};
 use futures_util::TryStreamExt;
 use inferlog_store::catalog::ManifestEntry;
 use inferlog_store::cold::ColdStore;
-use inferlog_store::model::archive::with_sample_columns;
+use inferlog_store::model::archive::in_current_schema;
 use inferlog_store::Day;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
@@ -140,7 +140,7 @@ impl Archiver {
             }
             // The archive's own schema, without the file's metadata: a file of another schema fails
             // here (an object written before the sample columns gets them: `all`, weight 1).
-            let rows = with_sample_columns(filtered).map_err(|e| CompactorError::Verification {
+            let rows = in_current_schema(filtered).map_err(|e| CompactorError::Verification {
                 day: inferlog_store::day_string(day),
                 key: key.to_owned(),
                 message: format!("not the archive schema: {e}"),

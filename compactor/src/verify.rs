@@ -406,6 +406,7 @@ mod tests {
                 kafka_topic: "t",
                 kafka_partition: 0,
                 kafka_offset: i as u64,
+                kafka_index: 0,
                 ingested_at: 1_764_000_001,
             };
             // Weights of a sampled archive: 3 rows each.

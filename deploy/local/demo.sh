@@ -10,8 +10,21 @@
 # view, over days of both tiers) and writes the HTML page.
 # Safe to re-run (each run uses its own topic and table). Stop the services
 # with `deploy/local/services.sh down`.
+#
+# With --otel, the traffic goes the way a vLLM fleet's does: each event
+# becomes the span vLLM's tracing emits for that request (OpenTelemetry
+# Python SDK, deploy/local/events_to_spans.py), sent to the local
+# OpenTelemetry Collector (built once by `services.sh up --otel`), whose
+# Kafka exporter writes OTLP protobuf to the run's topic, which ingest reads
+# as `otlp_proto`. Spans carry only valid events (nothing is refused).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+otel=""
+case "${1:-}" in
+  --otel) otel=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--otel]" >&2; exit 2 ;;
+esac
 run=demo_$(date +%s)
 work=.inferlog/$run
 mkdir -p "$work"
@@ -28,7 +41,7 @@ cargo build --profile ci --locked --bins > "$work/build.log" 2>&1 &
 build=$!
 trap 'kill "$build" 2>/dev/null || true' EXIT
 step "starting the local services (first time: installs ClickHouse, Postgres, Kafka, Python clients, builds SeaweedFS ~5 min)"
-deploy/local/services.sh up
+deploy/local/services.sh up ${otel:+--otel}
 
 step "waiting for the build"
 if ! wait "$build"; then
@@ -40,14 +53,42 @@ tail -n 1 "$work/build.log"
 bin=target/ci
 
 produced=280000
-step "generating 14 days of traffic: $produced events, 2% invalid on purpose"
-"$bin/inferlog-schema" generate --count $produced --days 14 --seed 7 --invalid-ratio 0.02 > "$work/events.jsonl"
+invalid=0.02
+[ -z "$otel" ] || invalid=0
+step "generating 14 days of traffic: $produced events, $invalid invalid on purpose"
+"$bin/inferlog-schema" generate --count $produced --days 14 --seed 7 --invalid-ratio $invalid > "$work/events.jsonl"
 "$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 || true
 
-step "producing to Kafka topic $run-events (the independent client: confluent-kafka)"
-python3 deploy/local/kafkatool.py create-topics --partitions 8 "$run-events"
 python3 deploy/local/kafkatool.py create-topics --partitions 8 --config retention.ms=518400000 --config segment.ms=86400000 "$run-dlq"
-python3 deploy/local/kafkatool.py produce --topic "$run-events" "$work/events.jsonl"
+ingest_config=deploy/local/inferlog.toml
+if [ -n "$otel" ]; then
+  topic=$run-spans
+  step "sending each event as vLLM's span through the OpenTelemetry Collector (OTLP/HTTP on 127.0.0.1:4318) to Kafka topic $topic"
+  python3 deploy/local/kafkatool.py create-topics --partitions 8 "$topic"
+  sent=$(python3 deploy/local/events_to_spans.py http://127.0.0.1:4318/v1/traces "$topic" < "$work/events.jsonl")
+  echo "  $sent spans sent" >&2
+  # The shipped config, plus the topic's encoding and the attributes vLLM
+  # does not define, mapped to the contract's fields.
+  ingest_config=$work/inferlog-otel.toml
+  cat deploy/local/inferlog.toml - > "$ingest_config" <<TOML
+
+[kafka.encodings]
+"$topic" = "otlp_proto"
+
+[otlp.attributes]
+"inferlog.gpu_id" = "gpu_id"
+"inferlog.batch_size" = "batch_size"
+"inferlog.cache_hit" = "cache_hit"
+"inferlog.gpu_mem_peak_mb" = "gpu_mem_peak_mb"
+"inferlog.truncated" = "truncated"
+"inferlog.tpot_ms" = "tpot_ms"
+TOML
+else
+  topic=$run-events
+  step "producing to Kafka topic $topic (the independent client: confluent-kafka)"
+  python3 deploy/local/kafkatool.py create-topics --partitions 8 "$topic"
+  python3 deploy/local/kafkatool.py produce --topic "$topic" "$work/events.jsonl"
+fi
 
 # A two-week backfill: ingest and the compactor accept events up to 15 days
 # old for this run (the shipped config keeps max_event_age = hot_days = 7d);
@@ -55,10 +96,10 @@ python3 deploy/local/kafkatool.py produce --topic "$run-events" "$work/events.js
 backfill=(INFERLOG_SCHEMA__MAX_EVENT_AGE=15d INFERLOG_RETENTION__HOT_DAYS=15)
 step "ingesting until the topic is drained (metrics on http://127.0.0.1:9464/metrics meanwhile)"
 env "${backfill[@]}" INFERLOG_HASH_KEY_FILE=.inferlog/local/hash.key \
-INFERLOG_KAFKA__TOPICS="[\"$run-events\"]" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" \
+INFERLOG_KAFKA__TOPICS="[\"$topic\"]" INFERLOG_KAFKA__DLQ_TOPIC="$run-dlq" \
 INFERLOG_KAFKA__GROUP_ID="$run" INFERLOG_CLICKHOUSE__TABLE="${run}_logs" \
 INFERLOG_CLICKHOUSE__REJECTS_TABLE="${run}_rejects" \
-  "$bin/inferlog-ingest" --config deploy/local/inferlog.toml --exit-when-idle 5s 2>&1 | grep -E "started|assign|stopped|WARN|ERROR" >&2
+  "$bin/inferlog-ingest" --config "$ingest_config" --exit-when-idle 5s 2>&1 | grep -E "started|assign|stopped|WARN|ERROR" >&2
 
 t=inferlog.${run}_logs
 step "hot tier: rows per UTC day (ClickHouse $t)"

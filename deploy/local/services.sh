@@ -11,6 +11,8 @@
 # /var/cache/inferlog-tools) shared by every checkout.
 #
 #   deploy/local/services.sh up       install what is missing, start what is not running
+#   deploy/local/services.sh up --otel  also build (once) and start the OpenTelemetry Collector
+#   deploy/local/services.sh otelcol-bin  build the Collector if missing; print its path
 #   deploy/local/services.sh down     stop what this script started (not Postgres)
 #   deploy/local/services.sh status   what runs where
 #   deploy/local/services.sh restart-clickhouse | stop-clickhouse | start-clickhouse | restart-postgres
@@ -19,6 +21,12 @@
 # Prometheus listens on 127.0.0.1:9490 and scrapes every second the targets
 # listed in $dir/prometheus/targets/*.json (file service discovery: the
 # local ingest's 127.0.0.1:9464 is there; a test adds its own file).
+#
+# The OpenTelemetry Collector (`up --otel`) is built once with the
+# Collector's own builder (ocb) from deploy/local/otelcol/builder-config.yaml
+# and cached beside SeaweedFS; it receives OTLP on 127.0.0.1:4318 (HTTP) and
+# :4317 (gRPC) and writes traces to the topic otlp-spans (otlp_proto), which
+# the demo's --otel run reads.
 #
 # Kafka listens on 127.0.0.1:9092 (PLAINTEXT) and 127.0.0.1:9094 (SASL_SSL,
 # SCRAM-SHA-512, certificate signed by a CA generated here once:
@@ -43,6 +51,12 @@ SW_FILER_PORT=9888
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 PG_PORT=5432
 PROM_PORT=${INFERLOG_PROMETHEUS_PORT:-9490}
+OTEL_HTTP_PORT=4318
+OTEL_GRPC_PORT=4317
+# The Collector's release: the builder and every go.opentelemetry.io/collector
+# module of builder-config.yaml are at it, the contrib Kafka exporter at its
+# contrib tag.
+OTELCOL_VERSION=0.165.0
 TOPIC_PARTITIONS=${INFERLOG_TOPIC_PARTITIONS:-8}
 
 log() { printf '[services] %s\n' "$*" >&2; }
@@ -84,7 +98,68 @@ build_seaweedfs() {
   log "SeaweedFS built"
 }
 
+otelcol=$tools/otelcol-$OTELCOL_VERSION/otelcol-inferlog
+
+# Builds the Collector once, as its users build a distribution: the
+# builder from the Go module proxy, then the builder on
+# deploy/local/otelcol/builder-config.yaml (about 5 minutes of 2 cores).
+build_otelcol() {
+  [ -x "$otelcol" ] && return 0
+  command -v go >/dev/null 2>&1 || apt_install golang-go
+  local out; out=$(dirname "$otelcol")
+  mkdir -p "$out/src"
+  log "building the OpenTelemetry Collector $OTELCOL_VERSION with its builder (about 5 minutes the first time)"
+  GOBIN="$out" go install "go.opentelemetry.io/collector/cmd/builder@v$OTELCOL_VERSION" >"$dir/otelcol-install.log" 2>&1 \
+    || { log "installing the Collector's builder failed; see $dir/otelcol-install.log"; return 2; }
+  sed "s#OUTPUT_PATH#$out/src#" "$repo/deploy/local/otelcol/builder-config.yaml" > "$out/builder-config.yaml"
+  "$out/builder" --config "$out/builder-config.yaml" >>"$dir/otelcol-install.log" 2>&1 \
+    || { log "building the Collector failed; see $dir/otelcol-install.log"; return 2; }
+  mv "$out/src/otelcol-inferlog" "$otelcol"
+  log "OpenTelemetry Collector built: $otelcol"
+}
+
+# The shared Collector of `up --otel`: OTLP in on loopback, the batch
+# processor (at most 512 spans to a Kafka message, well under the broker's
+# 1 MB), the Kafka exporter to otlp-spans in otlp_proto, or to the topic a
+# resource's inferlog.topic attribute names (the demo's --otel run).
+start_otelcol() {
+  port_open $OTEL_HTTP_PORT && return 0
+  mkdir -p "$dir/otelcol"
+  cat > "$dir/otelcol/config.yaml" <<YAML
+receivers:
+  otlp:
+    protocols:
+      http: {endpoint: "127.0.0.1:$OTEL_HTTP_PORT"}
+      grpc: {endpoint: "127.0.0.1:$OTEL_GRPC_PORT"}
+processors:
+  batch: {timeout: 200ms, send_batch_size: 512, send_batch_max_size: 512}
+exporters:
+  kafka:
+    brokers: ["127.0.0.1:$KAFKA_PORT"]
+    traces: {topic: otlp-spans, encoding: otlp_proto}
+    topic_from_attribute: inferlog.topic
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [kafka]
+YAML
+  log "starting the OpenTelemetry Collector (OTLP on 127.0.0.1:$OTEL_HTTP_PORT http, :$OTEL_GRPC_PORT grpc; to Kafka topic otlp-spans)"
+  nohup "$otelcol" --config "$dir/otelcol/config.yaml" >>"$dir/otelcol.log" 2>&1 &
+  echo $! > "$dir/otelcol.pid"
+  wait_port $OTEL_HTTP_PORT otelcol 60
+}
+
+stop_otelcol() {
+  stop_pidfile "$dir/otelcol.pid" otelcol
+  stop_by_pattern $OTEL_HTTP_PORT "otelcol-inferlog --config $dir/otelcol" otelcol
+}
+
 weed_build=""
+otel_build=""
 # Waits for the background build started by `install`, if any.
 wait_seaweedfs() {
   [ -n "$weed_build" ] || return 0
@@ -102,6 +177,7 @@ build_deps() {
 install() {
   command -v go >/dev/null 2>&1 || apt_install golang-go
   if [ ! -x "$weed" ]; then build_seaweedfs & weed_build=$!; fi
+  if [ -n "$with_otel" ] && [ ! -x "$otelcol" ]; then build_otelcol & otel_build=$!; fi
   build_deps
   apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven prometheus
   # The report page's browser test (headless Chromium over the DevTools protocol) and its font.
@@ -109,6 +185,12 @@ install() {
   python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3, websocket-client, pillow)"; python3 -m pip install -q confluent-kafka pyarrow boto3 websocket-client pillow >/dev/null; }
 import confluent_kafka, pyarrow, boto3, websocket, PIL  # noqa: F401
 PY
+  # The OpenTelemetry Python SDK: the OTLP test emits spans with it, as vLLM does.
+  if [ -n "$with_otel" ]; then
+    python3 - <<'PY' 2>/dev/null || { log "installing Python packages (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"; python3 -m pip install -q opentelemetry-sdk opentelemetry-exporter-otlp-proto-http >/dev/null; }
+import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
+PY
+  fi
   if [ ! -s "$kafka_lib/.complete" ]; then
     log "fetching Apache Kafka $KAFKA_VERSION and its runtime dependencies from Maven Central"
     rm -rf "$kafka_lib"; mkdir -p "$kafka_lib"
@@ -421,6 +503,7 @@ hash_key() {
 
 create_topics() {
   python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" inference-events
+  [ -z "$with_otel" ] || python3 "$repo/deploy/local/kafkatool.py" create-topics --partitions "$TOPIC_PARTITIONS" otlp-spans
   # The DLQ holds rejected events no longer than the hot tier's 7 days: Kafka
   # deletes a closed segment once its newest message is past retention.ms,
   # so a message lives up to retention.ms + segment.ms (retention audits both).
@@ -441,9 +524,14 @@ status() {
   else show s3 "http://127.0.0.1:$S3_PORT" down; ok=1; fi
   if port_open "$PROM_PORT"; then show prometheus "http://127.0.0.1:$PROM_PORT" "up ($(prometheus --version 2>&1 | head -1 | awk '{print $3}'))"
   else show prometheus "http://127.0.0.1:$PROM_PORT" down; ok=1; fi
+  if port_open $OTEL_HTTP_PORT; then show otelcol "http://127.0.0.1:$OTEL_HTTP_PORT grpc:$OTEL_GRPC_PORT" "up (OpenTelemetry Collector $OTELCOL_VERSION, to topic otlp-spans)"
+  else show otelcol "http://127.0.0.1:$OTEL_HTTP_PORT" "down (up --otel starts it)"; fi
   echo "data and logs: $dir"
   return $ok
 }
+
+with_otel=""
+[ "${2:-}" = "--otel" ] && with_otel=1
 
 case "${1:-}" in
   up)
@@ -457,17 +545,23 @@ case "${1:-}" in
     start_s3
     start_prometheus
     create_topics
+    if [ -n "$with_otel" ]; then
+      if [ -n "$otel_build" ]; then wait "$otel_build" || exit 2; fi
+      start_otelcol
+    fi
     hash_key
     status
     log "up in $(( $(date +%s) - started )) s"
     ;;
   down)
+    stop_otelcol
     stop_prometheus
     stop_kafka TERM
     stop_s3
     stop_clickhouse
     ;;
   status) status ;;
+  otelcol-bin) build_otelcol >&2 && echo "$otelcol" ;;
   build-deps) build_deps ;;
   stop-clickhouse) stop_clickhouse ;;
   start-clickhouse) start_clickhouse ;;
@@ -480,5 +574,5 @@ case "${1:-}" in
   stop-kafka) stop_kafka TERM ;;
   kill-kafka) stop_kafka KILL ;;
   start-kafka) start_kafka ;;
-  *) echo "usage: $0 up|down|status|build-deps|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3|stop-kafka|kill-kafka|start-kafka" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--otel]|down|otelcol-bin|status|build-deps|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3|stop-kafka|kill-kafka|start-kafka" >&2; exit 2 ;;
 esac

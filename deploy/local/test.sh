@@ -21,7 +21,8 @@ deploy/local/services.sh build-deps
 cargo build "${FEATURES[@]}" --bins --tests --timings > .inferlog/build.log 2>&1 &
 build=$!
 trap 'kill "$build" 2>/dev/null || true' EXIT
-deploy/local/services.sh up
+# --otel: the OpenTelemetry Collector (built once) and its Python SDK, for tests/tests/otlp.rs.
+deploy/local/services.sh up --otel
 if ! wait "$build"; then
   cat .inferlog/build.log
   echo "test.sh: the build failed" >&2

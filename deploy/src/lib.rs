@@ -51,6 +51,7 @@ pub fn sections() -> Vec<Section> {
         Section::of::<inferlog_store::kafka::KafkaConfig>("kafka", "ingest; retention (the DLQ topic)"),
         Section::of::<inferlog_store::config::IngestConfig>("ingest", "ingest"),
         Section::of::<inferlog_store::ServiceMetricsConfig>("service_metrics", "ingest (its live service metrics)"),
+        Section::of::<inferlog_store::OtlpConfig>("otlp", "ingest (spans of topics encoded as OTLP)"),
         Section::of::<ClickHouseConfig>("clickhouse", "ingest, compactor, retention"),
         Section::of::<PostgresConfig>("postgres", "compactor, retention, report"),
         Section::of::<ColdConfig>("cold", "compactor, retention"),

@@ -13,7 +13,8 @@ use inferlog_ingest::normalize::{Input, Normalizer, Outcome};
 use inferlog_ingest::service_metrics::{Interner, Tally};
 use inferlog_schema::generate::{Generator, GeneratorConfig};
 use inferlog_schema::{Contract, ContractConfig, UserIdHasher};
-use inferlog_store::ServiceMetricsConfig;
+use inferlog_store::kafka::TopicEncoding;
+use inferlog_store::{OtlpConfig, ServiceMetricsConfig};
 
 const EVENTS: usize = 10_000;
 
@@ -21,11 +22,15 @@ fn bench(c: &mut Criterion) {
     let config = GeneratorConfig { seed: 1, days: 1, end_ms: 1_793_491_200_000, invalid_ratio: 0.0 };
     let lines: Vec<Vec<u8>> = Generator::new(config).take(EVENTS).map(|e| e.line).collect();
     let topic: Arc<str> = Arc::from("events");
-    let inputs: Vec<Input<'_>> = lines.iter().enumerate().map(|(i, l)| Input { payload: l, topic: &topic, partition: 0, offset: i as i64 }).collect();
+    let inputs: Vec<Input<'_>> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Input { payload: l, topic: &topic, partition: 0, offset: i as i64, encoding: TopicEncoding::Json })
+        .collect();
     let normalizer = |observer| {
         let contract = Contract::new(&ContractConfig::default()).expect("valid config");
         let hasher = UserIdHasher::new(b"bench-key-0123456789abcdef", None, "bench").expect("valid key");
-        Normalizer::new(contract, hasher, 1, observer).expect("one thread")
+        Normalizer::new(contract, hasher, &OtlpConfig::default(), 1, observer).expect("one thread")
     };
     let off = normalizer(None);
     let on = normalizer(Some(Arc::new(Interner::new(&ServiceMetricsConfig::default()))));

@@ -388,6 +388,7 @@ mod tests {
             partition: 1,
             offset,
             received_ms,
+            span: None,
         };
         batch.push_reject(reject(11, 20_005 * 86_400_000 + 5), key(1));
         batch.push_reject(reject(13, 20_005 * 86_400_000 + 9), key(1));

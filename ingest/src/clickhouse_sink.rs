@@ -186,9 +186,8 @@ impl ClickHouseSink {
         Ok(features)
     }
 
-    /// Compares `table` with `shape`: drift is an error naming each column
-    /// and both types; columns ingest does not write are logged.
-    async fn check(&self, shape: &Shape, table: &str) -> Result<(), IngestError> {
+    /// `table`'s columns, as `system.columns` describes them.
+    async fn columns(&self, table: &str) -> Result<Vec<ExistingColumn>, IngestError> {
         let rows = self
             .admin
             .query("SELECT name, type, default_kind FROM system.columns WHERE database = ? AND table = ?")
@@ -197,8 +196,23 @@ impl ClickHouseSink {
             .fetch_all::<ColumnRow>()
             .await
             .map_err(|e| self.error("column check", table, e))?;
-        let existing: Vec<ExistingColumn> =
-            rows.into_iter().map(|r| ExistingColumn { name: r.name, ty: r.ty, default_kind: r.default_kind }).collect();
+        Ok(rows.into_iter().map(|r| ExistingColumn { name: r.name, ty: r.ty, default_kind: r.default_kind }).collect())
+    }
+
+    /// Adds the columns `shape` gained since `table` was created (each with
+    /// its default for the rows already there), then compares `table` with
+    /// `shape`: drift is an error naming each column and both types;
+    /// columns ingest does not write are logged.
+    async fn check(&self, shape: &Shape, table: &str) -> Result<(), IngestError> {
+        let mut existing = self.columns(table).await?;
+        let additions = shape.additions(&self.database, table, &existing);
+        if !additions.is_empty() {
+            for sql in &additions {
+                tracing::info!(table = %format!("{}.{table}", self.database), %sql, "adding a column this release writes");
+                self.admin.query(sql).execute().await.map_err(|e| self.error("add column", table, e))?;
+            }
+            existing = self.columns(table).await?;
+        }
         match shape.check(&existing) {
             Ok(extra) => {
                 if !extra.is_empty() {

@@ -1,5 +1,5 @@
-//! Configuration of `inferlog-ingest`: the `[kafka]`, `[clickhouse]` and
-//! `[ingest]` tables of the inferlog config file (plus `[schema]`, owned by
+//! Configuration of `inferlog-ingest`: the `[kafka]`, `[clickhouse]`,
+//! `[ingest]`, `[service_metrics]` and `[otlp]` tables of the inferlog config file (plus `[schema]`, owned by
 //! the schema crate), with `INFERLOG_<TABLE>__<KEY>` overrides. Secrets
 //! (the ClickHouse password, the hash key) come from the environment or
 //! files, never from this file's values or the command line.
@@ -9,9 +9,9 @@ use std::path::Path;
 
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
-pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV};
+pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, OtlpConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV};
 pub use inferlog_store::kafka::{
-    Assignment, ClientSecurity, KafkaConfig, KafkaSecurity, Secret, SecurityProtocol, KAFKA_PASSWORD_ENV, SECRET_OPTIONS,
+    Assignment, ClientSecurity, KafkaConfig, KafkaSecurity, Secret, SecurityProtocol, TopicEncoding, KAFKA_PASSWORD_ENV, SECRET_OPTIONS,
 };
 
 use crate::error::IngestError;
@@ -24,6 +24,7 @@ pub struct Config {
     pub clickhouse: ClickHouseConfig,
     pub ingest: IngestConfig,
     pub service_metrics: ServiceMetricsConfig,
+    pub otlp: OtlpConfig,
 }
 
 impl Config {
@@ -36,6 +37,7 @@ impl Config {
             clickhouse: section(&root, "clickhouse")?,
             ingest: section(&root, "ingest")?,
             service_metrics: section(&root, "service_metrics")?,
+            otlp: section(&root, "otlp")?,
         };
         config.validate()?;
         Ok(config)
@@ -61,9 +63,13 @@ impl Config {
                 "kafka.options.{secret:?}: security settings and secrets belong in [kafka.security] (the password in {KAFKA_PASSWORD_ENV} or a file)"
             )));
         }
+        if let Some(topic) = k.encodings.keys().find(|t| !k.topics.contains(t)) {
+            return Err(IngestError::Config(format!("kafka.encodings.{topic:?}: not one of kafka.topics")));
+        }
         k.security.resolve()?;
         self.clickhouse.validate()?;
         self.service_metrics.validate()?;
+        self.otlp.validate()?;
         let i = &self.ingest;
         // One INSERT must stay one ClickHouse block (max_insert_block_size,
         // 1048576 rows) to be atomic.
@@ -112,6 +118,7 @@ mod tests {
             clickhouse: ClickHouseConfig::default(),
             ingest: IngestConfig::default(),
             service_metrics: ServiceMetricsConfig::default(),
+            otlp: OtlpConfig::default(),
         };
         let e = config.validate().expect_err("secrets are refused in kafka.options");
         assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
@@ -125,6 +132,7 @@ mod tests {
             clickhouse: ClickHouseConfig::default(),
             ingest: IngestConfig::default(),
             service_metrics: ServiceMetricsConfig::default(),
+            otlp: OtlpConfig::default(),
         };
         config.validate().expect("defaults are valid");
         let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..config.clone() };
@@ -140,6 +148,19 @@ mod tests {
         assert!(bad_table.to_string().contains("clickhouse.table"), "{bad_table}");
         std::fs::write(&path, "[kafka]\ntopics = [\"a\"]\ndlq_topic = \"a\"\n[compactor]\nanything = 1\n").expect("write");
         assert!(matches!(Config::load(&path), Err(IngestError::Config(_))), "DLQ equal to a source topic");
+        std::fs::write(&path, "[kafka]\ntopics = [\"a\"]\nencodings = { b = \"otlp_proto\" }\n").expect("write");
+        let e = Config::load(&path).expect_err("an encoding for a topic not read");
+        assert!(e.to_string().contains("kafka.encodings.\"b\""), "{e}");
+        std::fs::write(
+            &path,
+            "[kafka]\ntopics = [\"a\", \"b\"]\nencodings = { b = \"otlp_json\" }\n[otlp]\nattributes = { \"x.y\" = \"queue_wait_s\" }\n",
+        )
+        .expect("write");
+        let config = Config::load(&path).expect("valid");
+        assert_eq!((config.kafka.encoding("a"), config.kafka.encoding("b")), (TopicEncoding::Json, TopicEncoding::OtlpJson));
+        std::fs::write(&path, "[otlp]\nattributes = { \"x.y\" = \"queue_seconds\" }\n").expect("write");
+        let e = Config::load(&path).expect_err("not a contract name");
+        assert!(e.to_string().contains("queue_seconds"), "{e}");
         std::fs::write(&path, "[ingest]\nbatch_max_age = \"500ms\"\n[compactor]\nanything = 1\n").expect("write");
         assert_eq!(Config::load(&path).expect("other tables are other commands'").ingest.batch_max_age, std::time::Duration::from_millis(500));
     }

@@ -78,6 +78,19 @@ pub mod headers {
     /// "redacted" when the payload is not the original message
     /// (`[kafka] dlq_payload`; the original's size and SHA-256 then follow).
     pub const PAYLOAD: &str = "inferlog.payload";
+    /// For a refused span of an OTLP message: its index among the
+    /// message's spans, and its trace and span ids (hex).
+    pub const SOURCE_SPAN_INDEX: &str = "inferlog.source.span_index";
+    pub const TRACE_ID: &str = "inferlog.trace_id";
+    pub const SPAN_ID: &str = "inferlog.span_id";
+}
+
+/// A refused span's place in its OTLP message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanRef {
+    pub index: u32,
+    pub trace_id: String,
+    pub span_id: String,
 }
 
 /// A rejected message waiting for the DLQ.
@@ -93,6 +106,9 @@ pub struct Reject {
     pub partition: i32,
     pub offset: i64,
     pub received_ms: i64,
+    /// Set for a span of an OTLP message: the payload is then the event
+    /// the span mapped to, not the message.
+    pub span: Option<SpanRef>,
 }
 
 /// librdkafka's largest message (`message.max.bytes`), set explicitly.
@@ -337,9 +353,13 @@ impl Dlq {
         let partition = r.partition.to_string();
         let offset = r.offset.to_string();
         let time = format_rfc3339_ms(r.received_ms);
-        let key = format!("{}/{}/{}", r.topic, r.partition, r.offset);
+        let key = match &r.span {
+            None => format!("{}/{}/{}", r.topic, r.partition, r.offset),
+            Some(span) => format!("{}/{}/{}/{}", r.topic, r.partition, r.offset, span.index),
+        };
+        let span_index = r.span.as_ref().map(|s| s.index.to_string());
         let message = truncation.map_or(r.rejection.message.as_str(), |t| prefix(&r.rejection.message, t.message_keep));
-        let mut h = OwnedHeaders::new_with_capacity(14)
+        let mut h = OwnedHeaders::new_with_capacity(17)
             .insert(Header { key: headers::REASON, value: Some(r.rejection.reason.as_str()) })
             .insert(Header { key: headers::FIELD, value: Some(r.rejection.field.as_str()) })
             .insert(Header { key: headers::MESSAGE, value: Some(message) })
@@ -347,6 +367,12 @@ impl Dlq {
             .insert(Header { key: headers::SOURCE_PARTITION, value: Some(&partition) })
             .insert(Header { key: headers::SOURCE_OFFSET, value: Some(&offset) })
             .insert(Header { key: headers::TIME, value: Some(&time) });
+        if let (Some(span), Some(index)) = (&r.span, &span_index) {
+            h = h
+                .insert(Header { key: headers::SOURCE_SPAN_INDEX, value: Some(index) })
+                .insert(Header { key: headers::TRACE_ID, value: Some(&span.trace_id) })
+                .insert(Header { key: headers::SPAN_ID, value: Some(&span.span_id) });
+        }
         if let Some(k) = &r.key {
             match truncation.and_then(|t| t.key.as_ref()) {
                 None => h = h.insert(Header { key: headers::SOURCE_KEY, value: Some(k.as_slice()) }),

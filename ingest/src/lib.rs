@@ -4,7 +4,7 @@
 //! [`source`] (Kafka consumer group; [`partitions`] owned and started) →
 //! [`normalize`] (a chunk of messages validated and normalized with
 //! `inferlog-schema`, and encoded as ClickHouse rows, on a small thread
-//! pool) → [`pipeline`] (drop unowned partitions' messages, skip replays
+//! pool; an OTLP message's inference spans each an event, [`otlp`]) → [`pipeline`] (drop unowned partitions' messages, skip replays
 //! and retries, in offset order; [`skew`] of event clocks) → [`batch`]
 //! (per-day batches) → [`writer`] task, one batch in flight:
 //! [`replay_log`] (what the batch covers), [`clickhouse_sink`] (hot rows)
@@ -33,6 +33,7 @@ pub mod memory;
 pub mod metrics;
 pub mod normalize;
 pub mod offsets;
+pub mod otlp;
 pub mod partitions;
 pub mod pipeline;
 pub mod redact;

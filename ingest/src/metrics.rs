@@ -38,6 +38,7 @@ pub struct Metrics {
     unowned: IntCounter,
     pauses: IntCounter,
     clock_skew: HistogramVec,
+    spans_skipped: IntCounterVec,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
     healthy: Arc<AtomicBool>,
 }
@@ -119,6 +120,11 @@ impl Metrics {
                     &["topic"],
                 ),
             ),
+            spans_skipped: counter_vec(
+                "inferlog_ingest_otlp_spans_skipped_total",
+                "Spans of OTLP messages that are not inference requests ([otlp] span_names, match_attributes), skipped",
+                &["topic"],
+            ),
             consumer_lag,
             inflight_rows,
             healthy: Arc::new(AtomicBool::new(true)),
@@ -169,6 +175,11 @@ pub fn paused(m: &Metrics, what: &'static str) {
 /// Fields dropped from an accepted event (data minimisation).
 pub fn fields_dropped(m: &Metrics, count: usize) {
     m.dropped_fields.inc_by(count as u64);
+}
+
+/// Spans of an OTLP message that were not inference requests.
+pub fn spans_skipped(m: &Metrics, topic: &str, count: u32) {
+    m.spans_skipped.with_label_values(&[topic]).inc_by(u64::from(count));
 }
 
 /// An event was rejected and will go to the DLQ.

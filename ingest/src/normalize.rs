@@ -3,7 +3,9 @@
 //! received. Out: for each, in the same order, its hot row encoded as
 //! RowBinary (with its UTC day, its event time, its request-id fingerprint
 //! and the hash of its content, and what it adds to the live service
-//! metrics) or its rejection (`inferlog-schema`).
+//! metrics) or its rejection (`inferlog-schema`). A message of an OTLP
+//! topic gives one such outcome per inference span ([`crate::otlp`]), each
+//! with the span's index and ids, and a count of the other spans.
 //!
 //! Validation and encoding are most of ingest's CPU. They are pure, so a
 //! chunk is spread over `ingest.normalize_threads` threads while the
@@ -15,11 +17,14 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use inferlog_schema::{Contract, Rejection, UserIdHasher};
+use inferlog_store::config::OtlpConfig;
+use inferlog_store::kafka::TopicEncoding;
 use inferlog_store::model::rows::HotRow;
 use rayon::prelude::*;
 
 use crate::batch::fingerprint;
 use crate::error::IngestError;
+use crate::otlp::{self, Mapped, Mapper};
 use crate::service_metrics::{Cache, Interner, Observation};
 
 /// The most messages normalized together: a few milliseconds of work, so
@@ -41,9 +46,21 @@ pub struct Input<'a> {
     /// As the tables store it (checked when the partition was assigned).
     pub partition: u16,
     pub offset: i64,
+    pub encoding: TopicEncoding,
 }
 
-/// What one message became.
+/// Where an event came from in an OTLP message, and the event the span
+/// mapped to (what the DLQ keeps if it is refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub index: u32,
+    /// Hex, as OTLP/JSON writes them.
+    pub trace_id: String,
+    pub span_id: String,
+    pub event: Vec<u8>,
+}
+
+/// What one event (a JSON message, or an inference span) became.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// A valid event: its row is `range` of its piece's bytes.
@@ -60,8 +77,29 @@ pub enum Outcome {
         dropped_fields: usize,
         /// What it adds to the service metrics (when they are on).
         observation: Option<Observation>,
+        /// Set for a span.
+        span: Option<Box<Span>>,
     },
-    Rejected(Rejection),
+    /// Refused; for a span, with the span (a message of an OTLP topic
+    /// refused whole, `otlp.malformed`, has none).
+    Rejected(Rejection, Option<Box<Span>>),
+}
+
+impl Outcome {
+    /// Its index in its message: the span's, 0 for a JSON event.
+    pub fn index(&self) -> u32 {
+        match self {
+            Outcome::Row { span, .. } | Outcome::Rejected(_, span) => span.as_ref().map_or(0, |s| s.index),
+        }
+    }
+}
+
+/// Where one message's outcomes end in its piece, and how many of its
+/// spans were not inference requests (always 0 for a JSON message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageEnd {
+    pub end: u32,
+    pub skipped_spans: u32,
 }
 
 /// Consecutive messages' outcomes, and the bytes their rows are encoded in.
@@ -69,6 +107,9 @@ pub enum Outcome {
 pub struct Piece {
     pub bytes: Vec<u8>,
     pub outcomes: Vec<Outcome>,
+    /// One per message, in order: its outcomes are those before `end`
+    /// (and after the previous message's).
+    pub messages: Vec<MessageEnd>,
 }
 
 /// The contract, the user-id hasher and the threads that apply them.
@@ -79,13 +120,21 @@ pub struct Normalizer {
     pool: Option<rayon::ThreadPool>,
     /// The service metrics' labels, when they are on.
     observer: Option<Arc<Interner>>,
+    /// Spans to events, for OTLP topics.
+    mapper: Mapper,
 }
 
 impl Normalizer {
     /// `threads` > 1 starts a pool of that many threads (named
     /// `normalize-N`); 1 normalizes on the caller's thread. With
     /// `observer`, each row also gets its service metrics' observation.
-    pub fn new(contract: Contract, hasher: UserIdHasher, threads: usize, observer: Option<Arc<Interner>>) -> Result<Normalizer, IngestError> {
+    pub fn new(
+        contract: Contract,
+        hasher: UserIdHasher,
+        otlp: &OtlpConfig,
+        threads: usize,
+        observer: Option<Arc<Interner>>,
+    ) -> Result<Normalizer, IngestError> {
         let pool = if threads > 1 {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -96,7 +145,8 @@ impl Normalizer {
         } else {
             None
         };
-        Ok(Normalizer { contract, hasher, pool, observer })
+        let mapper = Mapper::new(otlp.clone(), contract.dictionary());
+        Ok(Normalizer { contract, hasher, pool, observer, mapper })
     }
 
     /// Normalizes and encodes every message, as received at `received_ms`;
@@ -111,34 +161,86 @@ impl Normalizer {
     }
 
     fn piece(&self, inputs: &[Input<'_>], received_ms: i64) -> Piece {
-        let mut piece = Piece { bytes: Vec::with_capacity(inputs.len() * 384), outcomes: Vec::with_capacity(inputs.len()) };
+        let mut piece = Piece {
+            bytes: Vec::with_capacity(inputs.len() * 384),
+            outcomes: Vec::with_capacity(inputs.len()),
+            messages: Vec::with_capacity(inputs.len()),
+        };
         let ingested_at = (received_ms / 1000) as u32;
         let mut cache = Cache::default();
         for input in inputs {
-            let outcome = match self.contract.normalize(input.payload, Some(received_ms), &self.hasher) {
-                Ok(normalized) => {
-                    let fingerprint = fingerprint(&normalized.event.request_id);
-                    let timestamp_ms = normalized.event.timestamp_ms;
-                    let row = HotRow::new(normalized.event, input.topic.clone(), input.partition, input.offset, ingested_at);
-                    let start = piece.bytes.len();
-                    let event = row.encode(&mut piece.bytes);
-                    let content = content_hash(&piece.bytes[start..start + event]);
-                    let observation = self.observer.as_ref().map(|o| o.observe(&row, &mut cache));
-                    Outcome::Row {
-                        day: row.day,
-                        timestamp_ms,
-                        fingerprint,
-                        content,
-                        range: start..piece.bytes.len(),
-                        dropped_fields: normalized.dropped_fields.len(),
-                        observation,
-                    }
+            let mut skipped_spans = 0;
+            if input.encoding.is_otlp() {
+                skipped_spans = self.spans(input, received_ms, ingested_at, &mut cache, &mut piece);
+            } else {
+                let outcome = self.event(input.payload, input, 0, received_ms, ingested_at, &mut cache, &mut piece.bytes);
+                piece.outcomes.push(outcome.unwrap_or_else(|rejection| Outcome::Rejected(rejection, None)));
+            }
+            piece.messages.push(MessageEnd { end: piece.outcomes.len() as u32, skipped_spans });
+        }
+        piece
+    }
+
+    /// Validates and encodes one event at `index` of its message.
+    #[allow(clippy::too_many_arguments)] // one event's coordinates and the piece's buffers
+    fn event(
+        &self,
+        payload: &[u8],
+        input: &Input<'_>,
+        index: u32,
+        received_ms: i64,
+        ingested_at: u32,
+        cache: &mut Cache,
+        bytes: &mut Vec<u8>,
+    ) -> Result<Outcome, Rejection> {
+        let normalized = self.contract.normalize(payload, Some(received_ms), &self.hasher)?;
+        let fingerprint = fingerprint(&normalized.event.request_id);
+        let timestamp_ms = normalized.event.timestamp_ms;
+        let mut row = HotRow::new(normalized.event, input.topic.clone(), input.partition, input.offset, ingested_at);
+        row.kafka_index = index;
+        let start = bytes.len();
+        let event = row.encode(bytes);
+        let content = content_hash(&bytes[start..start + event]);
+        let observation = self.observer.as_ref().map(|o| o.observe(&row, cache));
+        Ok(Outcome::Row {
+            day: row.day,
+            timestamp_ms,
+            fingerprint,
+            content,
+            range: start..bytes.len(),
+            dropped_fields: normalized.dropped_fields.len(),
+            observation,
+            span: None,
+        })
+    }
+
+    /// An OTLP message: one outcome per inference span, in message order;
+    /// returns how many spans were skipped.
+    fn spans(&self, input: &Input<'_>, received_ms: i64, ingested_at: u32, cache: &mut Cache, piece: &mut Piece) -> u32 {
+        let traces = match otlp::decode(input.payload, input.encoding) {
+            Ok(traces) => traces,
+            Err(rejection) => {
+                piece.outcomes.push(Outcome::Rejected(rejection, None));
+                return 0;
+            }
+        };
+        let mut skipped = 0;
+        for s in otlp::spans(&traces) {
+            let Mapped::Event(event) = self.mapper.map(&s) else {
+                skipped += 1;
+                continue;
+            };
+            let span = Span { index: s.index, trace_id: hex::encode(&s.span.trace_id), span_id: hex::encode(&s.span.span_id), event };
+            let outcome = match self.event(&span.event, input, s.index, received_ms, ingested_at, cache, &mut piece.bytes) {
+                Ok(Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, .. }) => {
+                    Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: Some(Box::new(span)) }
                 }
-                Err(rejection) => Outcome::Rejected(rejection),
+                Ok(rejected) => rejected,
+                Err(rejection) => Outcome::Rejected(rejection, Some(Box::new(span))),
             };
             piece.outcomes.push(outcome);
         }
-        piece
+        skipped
     }
 }
 
@@ -158,7 +260,7 @@ mod tests {
     fn normalizer(threads: usize) -> Normalizer {
         let contract = Contract::new(&ContractConfig::default()).expect("default contract");
         let hasher = UserIdHasher::new(b"normalize-test-key-0123456789abcdef", None, "test").expect("key");
-        Normalizer::new(contract, hasher, threads, None).expect("pool")
+        Normalizer::new(contract, hasher, &OtlpConfig::default(), threads, None).expect("pool")
     }
 
     /// Outcomes in input order, each row with its own bytes.
@@ -169,7 +271,7 @@ mod tests {
                 p.outcomes.iter().map(|o| {
                     let bytes = match o {
                         Outcome::Row { range, .. } => p.bytes[range.clone()].to_vec(),
-                        Outcome::Rejected(_) => Vec::new(),
+                        Outcome::Rejected(..) => Vec::new(),
                     };
                     let o = match o {
                         Outcome::Row { day, timestamp_ms, fingerprint, content, dropped_fields, observation, .. } => Outcome::Row {
@@ -180,6 +282,7 @@ mod tests {
                             range: 0..0,
                             dropped_fields: *dropped_fields,
                             observation: *observation,
+                            span: None,
                         },
                         other => other.clone(),
                     };
@@ -197,13 +300,16 @@ mod tests {
         let config = GeneratorConfig { seed: 7, days: 1, end_ms: 1_793_491_200_000, invalid_ratio: 0.1 };
         let lines: Vec<Vec<u8>> = Generator::new(config).take(CHUNK + 17).map(|e| e.line).collect();
         let topic: Arc<str> = Arc::from("events");
-        let inputs: Vec<Input<'_>> =
-            lines.iter().enumerate().map(|(i, l)| Input { payload: l, topic: &topic, partition: 3, offset: i as i64 }).collect();
+        let inputs: Vec<Input<'_>> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Input { payload: l, topic: &topic, partition: 3, offset: i as i64, encoding: TopicEncoding::Json })
+            .collect();
         let received_ms = 1_793_491_200_000;
         let sequential = flat(&normalizer(1).normalize(&inputs, received_ms));
         let parallel = flat(&normalizer(3).normalize(&inputs, received_ms));
         assert_eq!(sequential.len(), inputs.len());
-        assert!(sequential.iter().any(|(o, _)| matches!(o, Outcome::Rejected(_))), "rejects are exercised");
+        assert!(sequential.iter().any(|(o, _)| matches!(o, Outcome::Rejected(..))), "rejects are exercised");
         assert_eq!(parallel, sequential);
         // A short chunk takes the calling thread's path and agrees too.
         assert_eq!(flat(&normalizer(3).normalize(&inputs[..5], received_ms)), sequential[..5].to_vec());
@@ -222,7 +328,7 @@ mod tests {
                     row.encode(&mut want);
                     assert_eq!(*bytes, want, "message {i}");
                 }
-                (Outcome::Rejected(r), Err(want)) => assert_eq!(*r, want),
+                (Outcome::Rejected(r, None), Err(want)) => assert_eq!(*r, want),
                 (got, want) => panic!("message {i}: {got:?} against {want:?}"),
             }
         }
@@ -237,19 +343,84 @@ mod tests {
         let line = br#"{"request_id":"r-1","timestamp":"2026-11-29T23:00:00Z","business_line":"search","model_name":"m","model_version":"v1","input_tokens":10,"output_tokens":5,"total_latency_ms":120.5,"error_code":0}"#;
         let other = br#"{"request_id":"r-1","timestamp":"2026-11-29T23:00:00Z","business_line":"search","model_name":"m","model_version":"v1","input_tokens":11,"output_tokens":5,"total_latency_ms":120.5,"error_code":0}"#;
         let inputs = [
-            Input { payload: line, topic: &topic, partition: 0, offset: 1 },
-            Input { payload: line, topic: &topic, partition: 2, offset: 90 },
-            Input { payload: other, topic: &topic, partition: 0, offset: 2 },
+            Input { payload: line, topic: &topic, partition: 0, offset: 1, encoding: TopicEncoding::Json },
+            Input { payload: line, topic: &topic, partition: 2, offset: 90, encoding: TopicEncoding::Json },
+            Input { payload: other, topic: &topic, partition: 0, offset: 2, encoding: TopicEncoding::Json },
         ];
         let contents: Vec<u64> = flat(&n.normalize(&inputs, 1_796_000_000_000))
             .into_iter()
             .map(|(o, _)| match o {
                 Outcome::Row { content, .. } => content,
-                Outcome::Rejected(r) => panic!("{r:?}"),
+                Outcome::Rejected(r, _) => panic!("{r:?}"),
             })
             .collect();
         assert_eq!(contents[0], contents[1], "a retry at another offset");
         assert_ne!(contents[0], contents[2], "another request under the same id");
+    }
+
+    /// An OTLP message: each inference span one outcome, in span order,
+    /// with its index in the row and its ids on a refusal; other spans
+    /// counted; a message that is not OTLP refused whole; a JSON message
+    /// one outcome with index 0.
+    #[test]
+    fn an_otlp_message_gives_one_outcome_per_inference_span() {
+        use opentelemetry_proto::tonic::common::v1::{any_value::Value as V, AnyValue, KeyValue};
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span as OtlpSpan, TracesData};
+        use prost::Message as _;
+        let kv = |k: &str, v: V| KeyValue { key: k.into(), value: Some(AnyValue { value: Some(v) }), ..KeyValue::default() };
+        let end = 1_796_000_000_000_000_000u64;
+        let request = |id: &str, tokens: i64| OtlpSpan {
+            name: "llm_request".into(),
+            trace_id: vec![7; 16],
+            span_id: vec![tokens as u8; 8],
+            end_time_unix_nano: end,
+            attributes: vec![
+                kv("gen_ai.request.id", V::StringValue(id.into())),
+                kv("gen_ai.response.model", V::StringValue("m".into())),
+                kv("inferlog.model_version", V::StringValue("v1".into())),
+                kv("gen_ai.usage.prompt_tokens", V::IntValue(tokens)),
+                kv("gen_ai.usage.completion_tokens", V::IntValue(3)),
+                kv("gen_ai.latency.e2e", V::DoubleValue(0.5)),
+            ],
+            ..OtlpSpan::default()
+        };
+        let other = OtlpSpan { name: "GET /v1/models".into(), ..OtlpSpan::default() };
+        let traces = TracesData {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![other.clone(), request("a", 10), request("b", -1), other, request("c", 12)],
+                    ..ScopeSpans::default()
+                }],
+                ..ResourceSpans::default()
+            }],
+        };
+        let proto = traces.encode_to_vec();
+        let topic: Arc<str> = Arc::from("spans");
+        let json_line = br#"{"request_id":"j","timestamp":"2026-11-29T23:00:00Z","model_name":"m","model_version":"v1","input_tokens":1,"output_tokens":1,"total_latency_ms":1,"error_code":0}"#;
+        let inputs = [
+            Input { payload: &proto, topic: &topic, partition: 1, offset: 40, encoding: TopicEncoding::OtlpProto },
+            Input { payload: b"not protobuf \xff", topic: &topic, partition: 1, offset: 41, encoding: TopicEncoding::OtlpProto },
+            Input { payload: json_line, topic: &topic, partition: 1, offset: 42, encoding: TopicEncoding::Json },
+        ];
+        let piece = normalizer(1).normalize(&inputs, 1_796_000_001_000).remove(0);
+        let ends: Vec<(u32, u32)> = piece.messages.iter().map(|m| (m.end, m.skipped_spans)).collect();
+        assert_eq!(ends, vec![(3, 2), (4, 0), (5, 0)]);
+        let index_of = |range: &Range<usize>| {
+            // kafka_index sits before ingested_at, the row's last 8 bytes.
+            let row = &piece.bytes[range.clone()];
+            u32::from_le_bytes(row[row.len() - 8..row.len() - 4].try_into().expect("4 bytes"))
+        };
+        match &piece.outcomes[..3] {
+            [Outcome::Row { range: a, span: Some(sa), .. }, Outcome::Rejected(r, Some(sb)), Outcome::Row { range: c, span: Some(sc), .. }] => {
+                assert_eq!((index_of(a), sa.index, index_of(c), sc.index), (1, 1, 4, 4));
+                assert_eq!((r.reason, r.field.as_str(), sb.index), (inferlog_schema::ReasonCode::FieldRange, "input_tokens", 2));
+                assert_eq!((sb.trace_id.as_str(), sb.span_id.as_str()), ("07070707070707070707070707070707", "ffffffffffffffff"));
+                assert!(String::from_utf8_lossy(&sb.event).contains("\"input_tokens\":-1"), "the DLQ keeps the span's event");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&piece.outcomes[3], Outcome::Rejected(r, None) if r.reason == inferlog_schema::ReasonCode::OtlpMalformed));
+        assert!(matches!(&piece.outcomes[4], Outcome::Row { range, span: None, .. } if index_of(range) == 0));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! nobody had read yet. Only the last loses data; it is counted, never
 //! hidden.
 
+use std::collections::BTreeMap;
+
 /// Offsets already handled by an earlier reader of a partition (stored,
 /// rejected or skipped), as sorted, disjoint inclusive ranges: what the
 /// replay log and the tables say, in memory proportional to the number of
@@ -19,6 +21,11 @@ pub struct StoredRanges {
     /// The first range that may still hold an offset asked for (offsets
     /// are asked for in ascending order).
     next: usize,
+    /// Offsets of which only some rows may be stored, with the indexes in
+    /// their message of those that are: an OTLP message whose spans went
+    /// to several days' inserts, cut by a crash between them. Found only
+    /// in the one batch per partition a reader died writing, so small.
+    spans: BTreeMap<i64, Vec<u32>>,
 }
 
 impl StoredRanges {
@@ -33,7 +40,14 @@ impl StoredRanges {
                 _ => merged.push((first, last)),
             }
         }
-        StoredRanges { ranges: merged, next: 0 }
+        StoredRanges { ranges: merged, next: 0, spans: BTreeMap::new() }
+    }
+
+    /// With `spans`: offsets whose stored rows are known by their index in
+    /// the message (each list sorted), not as whole messages.
+    pub fn with_spans(mut self, spans: BTreeMap<i64, Vec<u32>>) -> StoredRanges {
+        self.spans = spans;
+        self
     }
 
     /// The ranges, merged.
@@ -41,9 +55,14 @@ impl StoredRanges {
         &self.ranges
     }
 
-    /// How many offsets the ranges hold.
+    /// How many offsets the ranges hold, and the offsets known by their rows.
     pub fn offsets(&self) -> u64 {
-        self.ranges.iter().map(|(f, l)| (l - f + 1) as u64).sum()
+        self.ranges.iter().map(|(f, l)| (l - f + 1) as u64).sum::<u64>() + self.spans.len() as u64
+    }
+
+    /// Whether nothing is known stored.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty() && self.spans.is_empty()
     }
 
     /// Whether `offset` lies in a range, for offsets asked in ascending
@@ -140,6 +159,16 @@ impl PartitionState {
         !self.replay.exhausted() && self.replay.contains_ascending(offset)
     }
 
+    /// The indexes (sorted) of `offset`'s rows an earlier reader stored,
+    /// when only those are known: the message's other rows still need
+    /// writing. Each offset's list is handed out once.
+    pub fn stored_spans(&mut self, offset: i64) -> Option<Vec<u32>> {
+        if self.replay.spans.is_empty() {
+            return None;
+        }
+        self.replay.spans.remove(&offset)
+    }
+
     /// The offset was handled (stored, rejected or skipped as a replay).
     pub fn advanced_to(&mut self, offset: i64) {
         self.expected = offset + 1;
@@ -205,6 +234,19 @@ pub fn drain_state(ends: &[PartitionEnd]) -> DrainState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An offset known by its stored rows is not stored whole: its rows'
+    /// indexes come out once, for that offset only.
+    #[test]
+    fn an_offset_known_by_its_rows_hands_out_their_indexes_once() {
+        let spans = BTreeMap::from([(14, vec![0, 2, 7])]);
+        let mut s = PartitionState::new(StoredRanges::new(vec![(11, 12)]).with_spans(spans), 10);
+        assert_eq!(s.replay.offsets(), 3);
+        assert!(!s.already_stored(14));
+        assert_eq!(s.stored_spans(13), None);
+        assert_eq!(s.stored_spans(14), Some(vec![0, 2, 7]));
+        assert_eq!(s.stored_spans(14), None, "handed out once");
+    }
 
     /// Offsets asked in ascending order are stored exactly where a range
     /// holds them; any offset of a partition with nothing stored is not.

@@ -120,7 +120,7 @@ pub async fn lookup_start(broker: Broker, writer: Writer, metrics: Metrics, key:
             async move { sink.stored_ranges(&topic, partition, expected).await }
         })
         .await?;
-    if !replay.ranges().is_empty() {
+    if !replay.is_empty() {
         tracing::info!(
             %topic, partition, from = expected, already_stored = replay.offsets(), ranges = replay.ranges().len(),
             lookup_ms = started.elapsed().as_millis() as u64,

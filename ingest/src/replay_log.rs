@@ -12,7 +12,10 @@
 //!   stored, rejected or dropped as a duplicate;
 //! - a range with only its intent (state 0: the reader died or lost the
 //!   partition while writing it) is checked row by row, in the hot-table
-//!   days and rejects-log days the intent names;
+//!   days and rejects-log days the intent names: an offset with logged
+//!   rejects was handled whole, any other by the indexes (in its message)
+//!   of its stored rows, since an OTLP message's spans may go to several
+//!   days' inserts and a crash between them stores only some;
 //! - offsets before the partition's oldest entry (tables written before
 //!   the log existed, or entries retention removed) are looked up in both
 //!   tables, streamed into ranges.
@@ -20,6 +23,8 @@
 //! Memory is proportional to the number of ranges, not of rows. A batch's
 //! intents go out in the same INSERT as the previous batch's done marks,
 //! before its rows, so the log costs one small INSERT per batch.
+
+use std::collections::BTreeMap;
 
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
@@ -33,6 +38,17 @@ use crate::offsets::{RangeBuilder, StoredRanges};
 /// Range states in the log.
 const INTENT: u8 = 0;
 const DONE: u8 = 1;
+
+/// The index a scan gives an offset found in the rejects log: its whole
+/// message was handled.
+const WHOLE: u32 = u32::MAX;
+
+/// An offset and the index in its message of one stored row.
+#[derive(Debug, Row, Deserialize)]
+struct OffsetIndexRow {
+    kafka_offset: u64,
+    kafka_index: u32,
+}
 
 /// One entry, as stored ([`inferlog_store::model::tables::REPLAY_LOG`]'s columns, in order).
 #[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
@@ -131,12 +147,13 @@ impl ClickHouseSink {
             .map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
 
         let mut ranges: Vec<(i64, i64)> = Vec::new();
+        let mut spans: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
         // Offsets no entry covers: written before the log existed, or
         // entries already removed by retention.
         let covered_from = if oldest.entries == 0 { None } else { Some(oldest.first as i64) };
         if covered_from.is_none_or(|first| first > from) {
             let until = covered_from.map(|f| f - 1);
-            ranges.extend(self.scan(topic, p, from, until, None).await?);
+            ranges.extend(self.scan(topic, p, from, until).await?);
         }
         // One range per (first, last): done if any entry of it is done.
         let mut i = 0;
@@ -149,38 +166,82 @@ impl ClickHouseSink {
                 ranges.push((first, last));
             } else {
                 let intent = group[0];
-                ranges.extend(self.scan(topic, p, first, Some(last), Some((&intent.row_days, &intent.reject_days))).await?);
+                let (whole, rows) = self.scan_intent(topic, p, first, last, intent).await?;
+                ranges.extend(whole);
+                spans.extend(rows);
             }
         }
-        Ok(StoredRanges::new(ranges))
+        Ok(StoredRanges::new(ranges).with_spans(spans))
     }
 
-    /// The offsets in `from..=until` of one partition stored as hot rows or
-    /// logged rejects, as ranges, streamed in offset order. `days` limits
-    /// the scan to the hot-table days and rejects-log days an intent named.
-    async fn scan(
+    /// The offsets of an intent's range (`from..=until`, in the hot-table
+    /// and rejects-log days it named) an earlier reader handled: whole
+    /// messages where their rejects were logged (that happens after every
+    /// row of the batch is written), else each offset with the indexes of
+    /// its stored rows. A message's rows may go to several days' inserts
+    /// (an OTLP message whose spans straddle midnight), and a crash between
+    /// them stores only some: those are written again, the stored ones not.
+    async fn scan_intent(
         &self,
         topic: &str,
         partition: u16,
         from: i64,
-        until: Option<i64>,
-        days: Option<(&[u16], &[u16])>,
-    ) -> Result<Vec<(i64, i64)>, IngestError> {
-        let until = until.unwrap_or(i64::MAX);
+        until: i64,
+        intent: &Entry,
+    ) -> Result<(Vec<(i64, i64)>, BTreeMap<i64, Vec<u32>>), IngestError> {
         let mut parts = Vec::new();
-        for (table, day_filter) in [(&self.table, days.map(|d| d.0)), (&self.rejects_table, days.map(|d| d.1))] {
-            let days = match day_filter {
-                Some([]) => continue,
-                Some(days) => format!(" AND day IN ({})", day_list(days)),
-                None => String::new(),
-            };
+        if !intent.row_days.is_empty() {
             parts.push(format!(
-                "SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ?{days}",
-                self.database
+                "SELECT kafka_offset, kafka_index FROM {}.{} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ? AND day IN ({})",
+                self.database,
+                self.table,
+                day_list(&intent.row_days)
             ));
         }
+        if !intent.reject_days.is_empty() {
+            parts.push(format!(
+                "SELECT kafka_offset, toUInt32({WHOLE}) AS kafka_index FROM {}.{} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ? AND day IN ({})",
+                self.database,
+                self.rejects_table,
+                day_list(&intent.reject_days)
+            ));
+        }
+        let mut whole = RangeBuilder::default();
+        let mut rows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
         if parts.is_empty() {
-            return Ok(Vec::new());
+            return Ok((whole.finish(), rows));
+        }
+        let sql = format!("SELECT kafka_offset, kafka_index FROM ({}) ORDER BY kafka_offset, kafka_index", parts.join(" UNION ALL "));
+        let mut query = self.client.query(&sql);
+        for _ in &parts {
+            query = query.bind(topic).bind(partition).bind(from as u64).bind(until as u64);
+        }
+        let mut cursor = query.fetch::<OffsetIndexRow>().map_err(|e| self.error("replay scan", &self.table, e))?;
+        while let Some(row) = cursor.next().await.map_err(|e| self.error("replay scan", &self.table, e))? {
+            rows.entry(row.kafka_offset as i64).or_default().push(row.kafka_index);
+        }
+        // Sorted by index, so a logged reject shows as the last one.
+        rows.retain(|offset, indexes| {
+            let logged = indexes.last() == Some(&WHOLE);
+            if logged {
+                whole.push(*offset);
+            }
+            !logged
+        });
+        Ok((whole.finish(), rows))
+    }
+
+    /// The offsets in `from..=until` of one partition stored as hot rows or
+    /// logged rejects, as ranges, streamed in offset order: offsets no
+    /// replay-log entry covers (whole messages; memory per range).
+    async fn scan(&self, topic: &str, partition: u16, from: i64, until: Option<i64>) -> Result<Vec<(i64, i64)>, IngestError> {
+        let until = until.unwrap_or(i64::MAX);
+        let mut parts = Vec::new();
+        for table in [&self.table, &self.rejects_table] {
+            parts.push(format!(
+                "SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ?",
+                self.database
+            ));
         }
         let sql = format!("SELECT kafka_offset FROM ({}) ORDER BY kafka_offset", parts.join(" UNION ALL "));
         let mut query = self.client.query(&sql);

@@ -1,7 +1,9 @@
 //! The writer stage. In: one full batch, handed over by the pipeline. Out:
 //! its rows in ClickHouse (one INSERT per UTC day), then its rejects in the
 //! DLQ and in the rejects log; the pipeline commits the batch's offsets
-//! only after this returned Ok.
+//! only after this returned Ok. Refused spans of OTLP messages reach the
+//! DLQ before the rows: their message may also have stored rows, and the
+//! replay filter takes a message with stored rows as handled.
 //!
 //! It runs as its own task while the pipeline reads and normalizes the
 //! next batch, one batch in flight at a time (a queue of one: the pipeline
@@ -167,6 +169,8 @@ impl Writer {
         let done = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
         let (intents, marks) = (&coverage, &done);
         self.retry("log the batch in the replay log", move |sink, _| async move { sink.log_coverage(intents, marks, now_ms()).await }).await?;
+        let span_rejects: Vec<&Reject> = batch.rejects.iter().filter(|r| r.span.is_some()).collect();
+        self.send_to_dlq(span_rejects).await?;
         let pool = batch.pool();
         stream::iter(batch.take_days())
             .map(|(_day, rows)| self.insert_day(rows, &pool))
@@ -174,18 +178,22 @@ impl Writer {
             .try_for_each(|()| std::future::ready(Ok(())))
             .await?;
         crate::hooks::panic_point("writer");
+        self.send_to_dlq(batch.rejects.iter().filter(|r| r.span.is_none()).collect()).await?;
         if !batch.rejects.is_empty() {
-            self.send_rejects(&batch.rejects).await?;
+            self.log_rejects(&batch.rejects).await?;
         }
         // Durable: the next batch's replay-log insert marks this one done.
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = coverage;
         Ok(())
     }
 
-    /// Rejects to the DLQ, then to their log, one INSERT per day received.
-    async fn send_rejects(&self, rejects: &[Reject]) -> Result<(), IngestError> {
+    /// Rejects to the DLQ.
+    async fn send_to_dlq(&self, rejects: Vec<&Reject>) -> Result<(), IngestError> {
+        if rejects.is_empty() {
+            return Ok(());
+        }
         // A failed send leaves the rejects it could not deliver pending.
-        let pending: Mutex<Vec<&Reject>> = Mutex::new(rejects.iter().collect());
+        let pending: Mutex<Vec<&Reject>> = Mutex::new(rejects);
         self.retrying("send rejects to the DLQ", || async {
             let to_send = std::mem::take(&mut *pending.lock().unwrap_or_else(|p| p.into_inner()));
             self.dlq.send_all(&to_send).await.map_err(|(failed, error)| {
@@ -193,7 +201,11 @@ impl Writer {
                 error
             })
         })
-        .await?;
+        .await
+    }
+
+    /// Rejects to their log, one INSERT per day received.
+    async fn log_rejects(&self, rejects: &[Reject]) -> Result<(), IngestError> {
         let mut days: BTreeMap<u16, Vec<RejectRow>> = BTreeMap::new();
         for r in rejects {
             let row = RejectRow {

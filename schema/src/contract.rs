@@ -164,6 +164,16 @@ fn property(spec: &FieldSpec) -> Value {
     p
 }
 
+/// Whether an event may carry `name`: a field of [`FIELDS`], one of its
+/// aliases, or a unit form of a duration (`queue_wait_s`).
+pub fn accepts_name(name: &str) -> bool {
+    FIELDS.iter().any(|spec| {
+        spec.name == name
+            || spec.aliases.contains(&name)
+            || (spec.field_type == FieldType::DurationMs && duration_variants(spec.name).iter().any(|(v, _)| v == name))
+    })
+}
+
 /// The JSON Schema (draft 2020-12) of the input contract.
 pub fn json_schema() -> Value {
     let mut properties = Map::new();
@@ -313,6 +323,18 @@ pub fn compat(old: &Value, new: &Value) -> Vec<Break> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `[otlp] attributes` may name: fields, aliases and unit forms of
+    /// durations only.
+    #[test]
+    fn accepts_fields_aliases_and_duration_units_only() {
+        for name in ["gpu_id", "ttft_ms", "ttft_s", "decode_time_us", "gen_ai.usage.input_tokens", "total_latency_ns"] {
+            assert!(accepts_name(name), "{name}");
+        }
+        for name in ["gpu_id_s", "input_tokens_ms", "prompt", "ttft", ""] {
+            assert!(!accepts_name(name), "{name}");
+        }
+    }
 
     #[test]
     fn schema_is_compatible_with_itself() {

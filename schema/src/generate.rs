@@ -376,9 +376,9 @@ impl Generator {
             ReasonCode::EventTooLarge => {
                 e.insert("debug_blob".into(), json!("x".repeat(70_000)));
             }
-            // Needs a second event under the same id: never drawn here
-            // (only ReasonCode::EVENT is).
-            ReasonCode::RequestIdConflict => {}
+            // Need a second event under the same id, or an OTLP message:
+            // never drawn here (only ReasonCode::EVENT is).
+            ReasonCode::RequestIdConflict | ReasonCode::OtlpMalformed => {}
         }
         Value::Object(e).to_string().into_bytes()
     }

@@ -39,11 +39,14 @@ pub enum ReasonCode {
     /// already stored (found by ingest, not by the event alone; an
     /// identical retry is a duplicate, not a rejection).
     RequestIdConflict,
+    /// A message of a topic encoded as OTLP (`kafka.encodings`) that does
+    /// not decode as OTLP traces in that encoding.
+    OtlpMalformed,
 }
 
 impl ReasonCode {
     /// Every reason code, in contract order.
-    pub const ALL: [ReasonCode; 15] = [
+    pub const ALL: [ReasonCode; 16] = [
         ReasonCode::JsonMalformed,
         ReasonCode::JsonNotObject,
         ReasonCode::FieldMissing,
@@ -59,12 +62,14 @@ impl ReasonCode {
         ReasonCode::PiiDetected,
         ReasonCode::EventTooLarge,
         ReasonCode::RequestIdConflict,
+        ReasonCode::OtlpMalformed,
     ];
 
     /// The reason codes one event earns on its own (what `inferlog-schema
-    /// check` and the normalizer find): all but the last,
-    /// `request_id.conflict`, which needs the events stored before it.
-    pub const EVENT: &'static [ReasonCode] = ReasonCode::ALL.split_at(ReasonCode::ALL.len() - 1).0;
+    /// check` and the normalizer find): all but the last two,
+    /// `request_id.conflict`, which needs the events stored before it, and
+    /// `otlp.malformed`, which is about a message of spans, not an event.
+    pub const EVENT: &'static [ReasonCode] = ReasonCode::ALL.split_at(ReasonCode::ALL.len() - 2).0;
 
     /// The stable string form (`field.missing`, ...).
     pub const fn as_str(self) -> &'static str {
@@ -84,6 +89,7 @@ impl ReasonCode {
             ReasonCode::PiiDetected => "pii.detected",
             ReasonCode::EventTooLarge => "event.too_large",
             ReasonCode::RequestIdConflict => "request_id.conflict",
+            ReasonCode::OtlpMalformed => "otlp.malformed",
         }
     }
 
@@ -141,8 +147,8 @@ mod tests {
         for code in ReasonCode::ALL {
             assert_eq!(ReasonCode::from_str_code(code.as_str()), Some(code));
         }
-        assert_eq!(ReasonCode::EVENT.len(), ReasonCode::ALL.len() - 1);
+        assert_eq!(ReasonCode::EVENT.len(), ReasonCode::ALL.len() - 2);
         assert!(!ReasonCode::EVENT.contains(&ReasonCode::RequestIdConflict));
-        assert_eq!(ReasonCode::ALL.last(), Some(&ReasonCode::RequestIdConflict));
+        assert!(!ReasonCode::EVENT.contains(&ReasonCode::OtlpMalformed));
     }
 }

@@ -8,6 +8,7 @@
 //! secret key) come from the environment or files named here, never from
 //! values in the file or the command line.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -389,6 +390,87 @@ impl Default for IngestConfig {
             worker_threads: 2,
             normalize_threads: 2,
         }
+    }
+}
+
+/// The `[otlp]` table: which spans of a topic encoded as OTLP
+/// (`kafka.encodings`) are inference requests, and how their attributes
+/// map to the contract's fields (docs/contract.md, "OTLP spans").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// A span with one of these names is an inference request. Default:
+    /// ["llm_request"] (vLLM's request span).
+    pub span_names: Vec<String>,
+    /// A span carrying one of these attributes is an inference request.
+    /// Default: the token counts of vLLM, the GenAI conventions and the
+    /// older `llm.*` names ("gen_ai.usage.input_tokens",
+    /// "gen_ai.usage.output_tokens", "gen_ai.usage.prompt_tokens",
+    /// "gen_ai.usage.completion_tokens", "llm.token_count.prompt",
+    /// "llm.token_count.completion", "llm.usage.prompt_tokens",
+    /// "llm.usage.completion_tokens"). Other spans are counted and skipped.
+    pub match_attributes: Vec<String>,
+    /// The span or resource attribute that names the business line (the
+    /// span's own first). Default: "inferlog.business_line".
+    pub business_line_attribute: String,
+    /// `error_code` of a span whose status is ERROR and that names no code
+    /// (`inferlog.error_code`, or an `error.type` that is a name of the
+    /// error dictionary). Default: 1004 (engine_error).
+    pub error_code: i32,
+    /// `error_stage` of such a span when it names none
+    /// (`inferlog.error_stage`): where the span saw the error. Default: "gateway".
+    pub error_stage: String,
+    /// More attributes to read, by attribute name (span or resource): the
+    /// contract field each fills, or one of its unit forms
+    /// ("queue_wait_s"). They take precedence over the built-in table.
+    /// Default: {}.
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl Default for OtlpConfig {
+    fn default() -> Self {
+        OtlpConfig {
+            span_names: vec!["llm_request".into()],
+            match_attributes: [
+                "gen_ai.usage.input_tokens",
+                "gen_ai.usage.output_tokens",
+                "gen_ai.usage.prompt_tokens",
+                "gen_ai.usage.completion_tokens",
+                "llm.token_count.prompt",
+                "llm.token_count.completion",
+                "llm.usage.prompt_tokens",
+                "llm.usage.completion_tokens",
+            ]
+            .map(String::from)
+            .to_vec(),
+            business_line_attribute: "inferlog.business_line".into(),
+            error_code: 1004,
+            error_stage: "gateway".into(),
+            attributes: BTreeMap::new(),
+        }
+    }
+}
+
+impl OtlpConfig {
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.span_names.is_empty() && self.match_attributes.is_empty() {
+            return Err(StoreError::Config("otlp.span_names and otlp.match_attributes are both empty: no span would be an inference request".into()));
+        }
+        if self.business_line_attribute.trim().is_empty() {
+            return Err(StoreError::Config("otlp.business_line_attribute must be set".into()));
+        }
+        if inferlog_schema::ErrorStage::parse(&self.error_stage).is_none() {
+            return Err(StoreError::Config(format!("otlp.error_stage {:?}: one of gateway, queue, prefill, decode, postprocess", self.error_stage)));
+        }
+        if self.error_code == 0 {
+            return Err(StoreError::Config("otlp.error_code must not be 0 (0 means success)".into()));
+        }
+        if let Some((attribute, field)) = self.attributes.iter().find(|(_, field)| !inferlog_schema::contract::accepts_name(field)) {
+            return Err(StoreError::Config(format!(
+                "otlp.attributes.{attribute:?} = {field:?}: not a field of the contract (or a unit form of one)"
+            )));
+        }
+        Ok(())
     }
 }
 

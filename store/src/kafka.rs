@@ -36,6 +36,27 @@ pub enum DlqPayload {
     Original,
 }
 
+/// How a source topic's messages are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TopicEncoding {
+    /// One JSON event per message (docs/contract.md §1).
+    Json,
+    /// OTLP traces as the OpenTelemetry Collector's Kafka exporter writes
+    /// them with `encoding: otlp_proto`: each inference span becomes an
+    /// event (`[otlp]`, docs/contract.md "OTLP spans").
+    OtlpProto,
+    /// The same with `encoding: otlp_json` (OTLP/JSON).
+    OtlpJson,
+}
+
+impl TopicEncoding {
+    /// Whether a message holds OTLP spans (many events) rather than one event.
+    pub fn is_otlp(self) -> bool {
+        self != TopicEncoding::Json
+    }
+}
+
 /// The `[kafka]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -44,6 +65,11 @@ pub struct KafkaConfig {
     pub brokers: String,
     /// Topics to consume. Default: ["inference-events"].
     pub topics: Vec<String>,
+    /// How each topic's messages are encoded, by topic name: "json" (one
+    /// event per message), "otlp_proto" or "otlp_json" (OTLP traces from
+    /// the OpenTelemetry Collector's Kafka exporter, one event per
+    /// inference span). A topic not listed is "json". Default: {}.
+    pub encodings: BTreeMap<String, TopicEncoding>,
     /// Consumer group; replicas with the same group share the partitions. Default: "inferlog-ingest".
     pub group_id: String,
     /// How partitions are shared between replicas: "group" (the consumer
@@ -233,6 +259,7 @@ impl Default for KafkaConfig {
         KafkaConfig {
             brokers: "127.0.0.1:9092".into(),
             topics: vec!["inference-events".into()],
+            encodings: BTreeMap::new(),
             group_id: "inferlog-ingest".into(),
             assignment: Assignment::Group,
             assignor: "cooperative-sticky".into(),
@@ -245,6 +272,13 @@ impl Default for KafkaConfig {
             security: KafkaSecurity::default(),
             options: BTreeMap::new(),
         }
+    }
+}
+
+impl KafkaConfig {
+    /// How `topic`'s messages are encoded.
+    pub fn encoding(&self, topic: &str) -> TopicEncoding {
+        self.encodings.get(topic).copied().unwrap_or(TopicEncoding::Json)
     }
 }
 

@@ -35,7 +35,7 @@ pub mod retry;
 pub mod sampling;
 pub mod test_hooks;
 
-pub use config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig, SamplingConfig, ServiceMetricsConfig};
+pub use config::{ClickHouseConfig, ColdConfig, OtlpConfig, PostgresConfig, RetentionConfig, SamplingConfig, ServiceMetricsConfig};
 pub use error::StoreError;
 pub use policy::Policy;
 

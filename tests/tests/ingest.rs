@@ -337,6 +337,7 @@ fn encoded_rows_are_stored_exactly_as_the_clickhouse_crates_own_rows() {
         truncated: Some(0),
         kafka_partition: u16::MAX,
         kafka_offset: u64::MAX >> 1,
+        kafka_index: u32::MAX,
         ..template.clone()
     });
     rows.push(HotRow {

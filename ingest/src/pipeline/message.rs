@@ -69,17 +69,26 @@ impl Pipeline {
         let mut inputs = Vec::with_capacity(messages.len());
         for ((m, _), (topic, _)) in messages.iter().zip(&topics) {
             let partition = table_partition(topic, m.partition())?;
-            inputs.push(Input { payload: m.payload().unwrap_or_default(), topic, partition, offset: m.offset() });
+            let encoding = self.config.kafka.encoding(topic);
+            inputs.push(Input { payload: m.payload().unwrap_or_default(), topic, partition, offset: m.offset(), encoding });
         }
         let pieces = self.normalizer.normalize(&inputs, received_ms);
         drop(inputs);
         let mut messages = messages.iter().zip(topics);
         let mut skews = crate::skew::Samples::default();
         for piece in pieces {
-            for outcome in piece.outcomes {
+            let mut outcomes = piece.outcomes.into_iter();
+            let mut start = 0;
+            for end in piece.messages {
                 let Some(((message, generation), topic)) = messages.next() else { break };
+                let mut events = outcomes.by_ref().take((end.end - start) as usize);
+                start = end.end;
                 self.apply_through(*generation)?;
-                self.handle(message, topic, outcome, &piece.bytes, received_ms, &mut skews).await?;
+                self.handle(message, topic, events.by_ref(), end.skipped_spans, &piece.bytes, received_ms, &mut skews).await?;
+                // A message handle() drops unread (not owned, delivered
+                // again, already stored) leaves its outcomes here: they are
+                // its own, never the next message's.
+                events.for_each(drop);
                 if self.batch.is_full(self.config.ingest.batch_max_rows, self.config.ingest.batch_max_bytes) {
                     self.after_full = true;
                     self.flush().await?;
@@ -100,13 +109,16 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Takes one message whose payload normalized to `outcome` (a row
-    /// encoded in `encoded`, or a rejection).
+    /// Takes one message whose payload normalized to `outcomes` (one for
+    /// a JSON event, one per inference span of an OTLP message, none when
+    /// every span was skipped: a row encoded in `encoded`, or a rejection).
+    #[allow(clippy::too_many_arguments)] // the message, what it became, and the chunk's shared state
     pub(super) async fn handle<M: Message>(
         &mut self,
         message: &M,
         (topic, consumed): TopicEntry,
-        outcome: Outcome,
+        outcomes: impl Iterator<Item = Outcome>,
+        skipped_spans: u32,
         encoded: &[u8],
         received_ms: i64,
         skews: &mut crate::skew::Samples,
@@ -156,6 +168,9 @@ impl Pipeline {
             }
         }
         state.advanced_to(offset);
+        // Only some rows of this message known stored (a crash between two
+        // days' inserts of its spans): those are skipped, the rest written.
+        let stored_spans = state.stored_spans(offset);
         self.summary.messages += 1;
         consumed.inc();
         if state.already_stored(offset) {
@@ -164,44 +179,83 @@ impl Pipeline {
             self.batch.push_skipped(key, offset);
             return Ok(());
         }
+        if skipped_spans > 0 {
+            metrics::spans_skipped(&self.metrics, &topic, skipped_spans);
+        }
         let kafka_ms = crate::skew::kafka_ms(message.timestamp());
-        let rejection = match outcome {
-            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation } => {
+        let mut handled = false;
+        for outcome in outcomes {
+            if stored_spans.as_ref().is_some_and(|stored| stored.binary_search(&outcome.index()).is_ok()) {
+                metrics::duplicate_skipped(&self.metrics, "replay");
+                self.summary.duplicates += 1;
+                continue;
+            }
+            handled = true;
+            self.take(message, &key, outcome, encoded, kafka_ms, received_ms, skews);
+        }
+        if !handled {
+            // Every span was skipped: the message still moves the commit point.
+            self.batch.push_skipped(key, offset);
+        }
+        Ok(())
+    }
+
+    /// Takes one event of a message into the batch: a new row, a skipped
+    /// retry, or a reject.
+    #[allow(clippy::too_many_arguments)] // one event, its message and the chunk's shared state
+    fn take<M: Message>(
+        &mut self,
+        message: &M,
+        key: &PartitionKey,
+        outcome: Outcome,
+        encoded: &[u8],
+        kafka_ms: Option<i64>,
+        received_ms: i64,
+        skews: &mut crate::skew::Samples,
+    ) {
+        let (topic, partition, offset) = (&key.0, message.partition(), message.offset());
+        let (rejection, span) = match outcome {
+            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span } => {
                 if dropped_fields > 0 {
                     metrics::fields_dropped(&self.metrics, dropped_fields);
                 }
                 if let Some(kafka_ms) = kafka_ms {
                     let metrics = &self.metrics;
-                    skews.observe(&topic, || metrics::skew_histogram(metrics, &topic), crate::skew::seconds(timestamp_ms, kafka_ms));
+                    skews.observe(topic, || metrics::skew_histogram(metrics, topic), crate::skew::seconds(timestamp_ms, kafka_ms));
                 }
                 let stored = self.recent.get(fingerprint).or_else(|| self.batch.request_ids.get(&fingerprint).copied());
                 match Seen::of(stored, content) {
                     Seen::New => {
                         if let Some(o) = &observation {
-                            self.batch.observe(&key, o);
+                            self.batch.observe(key, o);
                         }
-                        self.batch.push_row(day, &encoded[range], (fingerprint, content), key, offset);
-                        return Ok(());
+                        self.batch.push_row(day, &encoded[range], (fingerprint, content), key.clone(), offset);
+                        return;
                     }
                     Seen::Retry => {
                         metrics::duplicate_skipped(&self.metrics, "request_id");
                         self.summary.duplicates += 1;
-                        self.batch.push_skipped(key, offset);
-                        return Ok(());
+                        self.batch.push_skipped(key.clone(), offset);
+                        return;
                     }
-                    Seen::Conflict => Rejection::new(
-                        ReasonCode::RequestIdConflict,
-                        "request_id",
-                        "a different event with this request_id was already stored (ids must be unique per request; a retry must resend the same event)",
+                    Seen::Conflict => (
+                        Rejection::new(
+                            ReasonCode::RequestIdConflict,
+                            "request_id",
+                            "a different event with this request_id was already stored (ids must be unique per request; a retry must resend the same event)",
+                        ),
+                        span,
                     ),
                 }
             }
-            Outcome::Rejected(rejection) => crate::skew::explain(rejection, kafka_ms, received_ms),
+            Outcome::Rejected(rejection, span) => (crate::skew::explain(rejection, kafka_ms, received_ms), span),
         };
         metrics::event_rejected(&self.metrics, rejection.reason.as_str());
-        let Redacted { payload, key: source_key, original } = self.redactor.redact(message.payload().unwrap_or_default(), message.key());
-        let reject = Reject { payload, key: source_key, original, rejection, topic, partition, offset, received_ms };
-        self.batch.push_reject(reject, key);
-        Ok(())
+        // A span's reject keeps the event it mapped to, not the whole message.
+        let payload = span.as_ref().map_or_else(|| message.payload().unwrap_or_default(), |s| s.event.as_slice());
+        let Redacted { payload, key: source_key, original } = self.redactor.redact(payload, message.key());
+        let span = span.map(|s| SpanRef { index: s.index, trace_id: s.trace_id, span_id: s.span_id });
+        let reject = Reject { payload, key: source_key, original, rejection, topic: topic.clone(), partition, offset, received_ms, span };
+        self.batch.push_reject(reject, key.clone());
     }
 }

@@ -41,7 +41,7 @@ use crate::batch::{Batch, PartitionKey, PartitionMap, RecentIds, Seen};
 use crate::broker::Broker;
 use crate::clickhouse_sink::{table_partition, ClickHouseSink};
 use crate::config::Config;
-use crate::dlq::{now_ms, Dlq, Reject};
+use crate::dlq::{now_ms, Dlq, Reject, SpanRef};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
 use crate::normalize::{self, Input, Normalizer, Outcome};
@@ -149,7 +149,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
             tracing::warn!(error = %e, "service metrics not registered");
         }
     }
-    let normalizer = Normalizer::new(contract, hasher, config.ingest.normalize_threads, interner)?;
+    let normalizer = Normalizer::new(contract, hasher, &config.otlp, config.ingest.normalize_threads, interner)?;
     let unprepared = ClickHouseSink::new(&config.clickhouse)?;
     let backoff = (config.ingest.retry_initial_backoff, config.ingest.retry_max_backoff);
     // ClickHouse may still be starting: wait for it, until a shutdown; a

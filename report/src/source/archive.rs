@@ -19,7 +19,7 @@ use inferlog_schema::config::ErrorDictionary;
 use inferlog_store::catalog::Catalog;
 use inferlog_store::cold::ColdStore;
 use inferlog_store::cost::PriceTable;
-use inferlog_store::model::archive::{fold_rows, with_sample_columns};
+use inferlog_store::model::archive::{fold_rows, in_current_schema};
 use inferlog_store::model::fold::DayFold;
 use inferlog_store::Day;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
@@ -61,7 +61,7 @@ pub async fn load(
             let object = cold.reader(&entry.object_key, entry.bytes);
             let mut batches = ParquetRecordBatchStreamBuilder::new(object).await.and_then(|b| b.build()).map_err(|e| bad(e.to_string()))?;
             while let Some(batch) = batches.try_next().await.map_err(|e| bad(e.to_string()))? {
-                let batch = with_sample_columns(batch).map_err(|e| bad(e.to_string()))?;
+                let batch = in_current_schema(batch).map_err(|e| bad(e.to_string()))?;
                 fold_rows(&batch, |row, weight| {
                     let wanted = filter.business_line.as_deref().is_none_or(|l| l == row.business_line)
                         && filter.model.as_deref().is_none_or(|m| m == row.model_name);

@@ -22,14 +22,17 @@
 //! | kafka_topic | BYTE_ARRAY UTF8 | no |
 //! | kafka_partition | INT32 | no |
 //! | kafka_offset | INT64 | no |
+//! | kafka_index | INT64 | no |
 //! | ingested_at | INT64 TIMESTAMP(MILLIS, UTC) | no |
 //! | sample_weight | INT64 | no |
 //! | sample_reason | BYTE_ARRAY UTF8 | no |
 //!
 //! `sample_weight` is how many of the day's rows the row stands for and
 //! `sample_reason` why it was kept ([`Reason`]): `all` and weight 1 in a
-//! day archived without sampling. Objects written before these columns
-//! existed are read as `all`, weight 1 ([`with_sample_columns`]).
+//! day archived without sampling. `kafka_index` is the event's place in
+//! its Kafka message (0 for a JSON event, the span's index for OTLP).
+//! Objects written before a column existed read it with its default
+//! (`all`, weight 1, index 0: [`in_current_schema`]).
 
 use std::sync::Arc;
 
@@ -77,6 +80,7 @@ pub fn archive_schema() -> SchemaRef {
         f("kafka_topic", DataType::Utf8, false),
         f("kafka_partition", DataType::Int32, false),
         f("kafka_offset", DataType::Int64, false),
+        f("kafka_index", DataType::Int64, false),
         f("ingested_at", utc(), false),
         f("sample_weight", DataType::Int64, false),
         f("sample_reason", DataType::Utf8, false),
@@ -86,17 +90,26 @@ pub fn archive_schema() -> SchemaRef {
 /// The columns the sampled archive adds after the hot table's.
 pub const SAMPLE_COLUMNS: [&str; 2] = ["sample_weight", "sample_reason"];
 
-/// `batch` with the archive schema: a batch of an object written before
-/// [`SAMPLE_COLUMNS`] existed gets them as `all`, weight 1.
-pub fn with_sample_columns(batch: RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+/// `batch` in the archive schema: a batch of an object written before a
+/// column existed gets it with its default (`sample_weight` 1,
+/// `sample_reason` `all`, `kafka_index` 0).
+pub fn in_current_schema(batch: RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let schema = archive_schema();
-    if batch.num_columns() + SAMPLE_COLUMNS.len() != schema.fields().len() {
-        return RecordBatch::try_new(schema, batch.columns().to_vec());
+    if batch.schema() == schema {
+        return Ok(batch);
     }
     let rows = batch.num_rows();
-    let mut columns = batch.columns().to_vec();
-    columns.push(Arc::new(arrow_array::Int64Array::from(vec![1; rows])));
-    columns.push(Arc::new(arrow_array::StringArray::from(vec![Reason::All.as_str(); rows])));
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| match (batch.column_by_name(field.name()), field.name().as_str()) {
+            (Some(column), _) => Ok(column.clone()),
+            (None, "sample_weight") => Ok(Arc::new(arrow_array::Int64Array::from(vec![1; rows])) as ArrayRef),
+            (None, "sample_reason") => Ok(Arc::new(arrow_array::StringArray::from(vec![Reason::All.as_str(); rows])) as ArrayRef),
+            (None, "kafka_index") => Ok(Arc::new(arrow_array::Int64Array::from(vec![0; rows])) as ArrayRef),
+            (None, name) => Err(arrow_schema::ArrowError::SchemaError(format!("the archive object has no column {name}"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema, columns)
 }
 
@@ -123,6 +136,7 @@ pub struct BatchBuilder {
     kafka_topic: StringBuilder,
     kafka_partition: Int32Builder,
     kafka_offset: Int64Builder,
+    kafka_index: Int64Builder,
     ingested_at: TimestampMillisecondBuilder,
     sample_weight: Int64Builder,
     sample_reason: StringBuilder,
@@ -161,6 +175,7 @@ impl BatchBuilder {
             kafka_topic: text(),
             kafka_partition: Int32Builder::with_capacity(BATCH_ROWS),
             kafka_offset: int(),
+            kafka_index: int(),
             ingested_at: ts(),
             sample_weight: int(),
             sample_reason: StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 8),
@@ -194,6 +209,7 @@ impl BatchBuilder {
         self.kafka_topic.append_value(r.kafka_topic);
         self.kafka_partition.append_value(i32::from(r.kafka_partition));
         self.kafka_offset.append_value(r.kafka_offset as i64);
+        self.kafka_index.append_value(i64::from(r.kafka_index));
         self.ingested_at.append_value(i64::from(r.ingested_at) * 1000);
         self.sample_weight.append_value(weight as i64);
         self.sample_reason.append_value(reason.as_str());
@@ -238,6 +254,7 @@ impl BatchBuilder {
         columns.push(Arc::new(self.kafka_topic.finish()));
         columns.push(Arc::new(self.kafka_partition.finish()));
         columns.push(Arc::new(self.kafka_offset.finish()));
+        columns.push(Arc::new(self.kafka_index.finish()));
         columns.push(Arc::new(self.ingested_at.finish()));
         columns.push(Arc::new(self.sample_weight.finish()));
         columns.push(Arc::new(self.sample_reason.finish()));
@@ -246,7 +263,7 @@ impl BatchBuilder {
 }
 
 /// Calls `f` with each row of `batch` (of [`archive_schema`], after
-/// [`with_sample_columns`]) as the fold reads it, and its `sample_weight`.
+/// [`in_current_schema`]) as the fold reads it, and its `sample_weight`.
 pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> Result<(), arrow_schema::ArrowError> {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampMillisecondType};
@@ -369,11 +386,20 @@ mod tests {
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(batch.num_columns(), archive_schema().fields().len());
         assert_eq!(b.rows, 0);
-        // An object of the schema before the sample columns reads as `all`, weight 1.
-        let old = batch.project(&(0..batch.num_columns() - 2).collect::<Vec<_>>()).expect("project");
-        let upgraded = with_sample_columns(old).expect("upgraded");
+        // An object of the schema before the sample columns and the span
+        // index reads as `all`, weight 1, index 0.
+        let index = archive_schema().index_of("kafka_index").expect("kafka_index");
+        let old_columns: Vec<usize> = (0..batch.num_columns() - 2).filter(|c| *c != index).collect();
+        let old = batch.project(&old_columns).expect("project");
+        let upgraded = in_current_schema(old).expect("upgraded");
         assert_eq!(upgraded.schema(), archive_schema());
-        let weights = upgraded.column(30).as_any().downcast_ref::<arrow_array::Int64Array>().expect("weights");
-        assert_eq!(weights.values().to_vec(), vec![1, 1]);
+        let int64 = |name: &str| {
+            upgraded.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<arrow_array::Int64Array>()).expect(name).values().to_vec()
+        };
+        assert_eq!(int64("sample_weight"), vec![1, 1]);
+        assert_eq!(int64("kafka_index"), vec![0, 0]);
+        assert_eq!(upgraded.column_by_name("request_id"), batch.column_by_name("request_id"));
+        // A current batch passes as it is.
+        assert_eq!(in_current_schema(batch.clone()).expect("current"), batch);
     }
 }

@@ -48,6 +48,9 @@ pub struct HotRow {
     pub kafka_topic: std::sync::Arc<str>,
     pub kafka_partition: u16,
     pub kafka_offset: u64,
+    /// The event's place in its message: 0 for a JSON event, the span's
+    /// index for an OTLP message (whose spans share its coordinates).
+    pub kafka_index: u32,
     pub ingested_at: u32,
 }
 
@@ -87,6 +90,7 @@ impl HotRow {
             kafka_topic: topic,
             kafka_partition: partition,
             kafka_offset: offset as u64,
+            kafka_index: 0,
             ingested_at,
         }
     }
@@ -131,6 +135,7 @@ impl HotRow {
         put_str(out, &self.kafka_topic);
         out.extend_from_slice(&self.kafka_partition.to_le_bytes());
         out.extend_from_slice(&self.kafka_offset.to_le_bytes());
+        out.extend_from_slice(&self.kafka_index.to_le_bytes());
         out.extend_from_slice(&self.ingested_at.to_le_bytes());
         event
     }

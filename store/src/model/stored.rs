@@ -49,6 +49,7 @@ pub struct StoredRow<'a> {
     pub kafka_topic: &'a str,
     pub kafka_partition: u16,
     pub kafka_offset: u64,
+    pub kafka_index: u32,
     pub ingested_at: u32,
 }
 
@@ -114,6 +115,7 @@ impl StoredRow<'_> {
             kafka_topic: "t",
             kafka_partition: 2,
             kafka_offset: 99,
+            kafka_index: 0,
             ingested_at: 1_764_000_001,
         }
     }

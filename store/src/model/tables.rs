@@ -19,14 +19,23 @@ pub struct Column {
     pub name: &'static str,
     pub ty: &'static str,
     pub low_cardinality: bool,
+    /// For a column added after the table's first release: the `DEFAULT`
+    /// its older rows get when ingest adds it to an existing table.
+    pub added_with_default: Option<&'static str>,
 }
 
 const fn col(name: &'static str, ty: &'static str) -> Column {
-    Column { name, ty, low_cardinality: false }
+    Column { name, ty, low_cardinality: false, added_with_default: None }
 }
 
 const fn lc(name: &'static str) -> Column {
-    Column { name, ty: "String", low_cardinality: true }
+    Column { name, ty: "String", low_cardinality: true, added_with_default: None }
+}
+
+/// A column added to an existing table by ingest at start-up, older rows
+/// taking `default`.
+const fn added(name: &'static str, ty: &'static str, default: &'static str) -> Column {
+    Column { name, ty, low_cardinality: false, added_with_default: Some(default) }
 }
 
 /// A table's shape: columns in insert order, engine, partitioning and key.
@@ -89,6 +98,9 @@ pub const HOT: Shape = Shape {
         col("kafka_topic", "String"),
         col("kafka_partition", "UInt16"),
         col("kafka_offset", "UInt64"),
+        // The event's place in its message: 0 for a JSON event, the span's
+        // index for OTLP (a message's spans share its coordinates).
+        added("kafka_index", "UInt32", "0"),
         col("ingested_at", "DateTime"),
     ],
     engine: "ReplacingMergeTree()",
@@ -206,6 +218,23 @@ impl Shape {
         format!("INSERT INTO {database}.{table} {} FORMAT {format}", self.insert_columns())
     }
 
+    /// `ALTER TABLE … ADD COLUMN` for each column added since the table's
+    /// first release that `existing` lacks, placed after its predecessor.
+    pub fn additions(&self, database: &str, table: &str, existing: &[ExistingColumn]) -> Vec<String> {
+        self.columns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let default = c.added_with_default?;
+                if existing.iter().any(|e| e.name == c.name) {
+                    return None;
+                }
+                let after = i.checked_sub(1).map(|p| format!(" AFTER {}", self.columns[p].name)).unwrap_or_default();
+                Some(format!("ALTER TABLE {database}.{table} ADD COLUMN {} {} DEFAULT {default}{after}", c.name, c.ty))
+            })
+            .collect()
+    }
+
     /// Compares an existing table with this shape: every column inferlog
     /// writes must be there with its type (`LowCardinality` or not where
     /// either is the same on the wire). `Ok` lists the table's other
@@ -256,7 +285,7 @@ mod tests {
             "INSERT INTO db.r (day, received_at, reason, field, message, kafka_topic, kafka_partition, kafka_offset, bytes) FORMAT RowBinary"
         );
         assert!(HOT.insert_columns().starts_with("(day, event_time, timestamp_ms, request_id,"));
-        assert!(HOT.insert_columns().ends_with("kafka_partition, kafka_offset, ingested_at)"));
+        assert!(HOT.insert_columns().ends_with("kafka_partition, kafka_offset, kafka_index, ingested_at)"));
     }
 
     #[test]
@@ -265,6 +294,18 @@ mod tests {
         let mut current = existing(&HOT);
         current.iter_mut().filter(|c| c.name == "model_name").for_each(|c| c.ty = "LowCardinality(String)".into());
         assert_eq!(HOT.check(&current), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_table_from_before_an_added_column_gets_it_with_its_default() {
+        let mut older = existing(&HOT);
+        older.retain(|c| c.name != "kafka_index");
+        assert_eq!(HOT.check(&older), Err(vec![Drift::Missing { column: "kafka_index", want: "UInt32".into() }]));
+        assert_eq!(HOT.additions("db", "t", &older), vec!["ALTER TABLE db.t ADD COLUMN kafka_index UInt32 DEFAULT 0 AFTER kafka_offset".to_owned()]);
+        assert!(HOT.additions("db", "t", &existing(&HOT)).is_empty());
+        // Only added columns are added: a missing original one stays drift.
+        older.retain(|c| c.name != "tpot_ms");
+        assert_eq!(HOT.additions("db", "t", &older).len(), 1);
     }
 
     #[test]
