@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test command of README.md: builds the binaries the integration tests
 # run while it starts the local service stack (installing what is
-# missing), checks
-# what deploy/ ships (alert rules, systemd units, the parser fuzz target:
-# deploy/check.sh), then runs every test of the workspace.
+# missing), then runs every test of the workspace beside the checks of the
+# code and of what deploy/ ships (clippy, alert rules, systemd units, the
+# parser fuzz target: deploy/check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # One build for the binaries and the tests, with one feature set: the
@@ -30,8 +30,21 @@ if ! wait "$build"; then
 fi
 grep -E "^\s*(Finished|Timing report)" .inferlog/build.log || true
 export INFERLOG_BIN_DIR="$PWD/target/ci"
-deploy/check.sh
+# deploy/check.sh (clippy, the fuzz target's 60 s, the alert rules' and
+# units' checks: about 4 minutes, mostly one core) runs beside the tests,
+# which mostly wait on servers; its output comes after theirs
+# (.inferlog/check.log).
+deploy/check.sh > .inferlog/check.log 2>&1 &
+check=$!
+trap 'kill "$build" "$check" 2>/dev/null || true' EXIT
 # Every test binary of that build, two at a time, never one that stops a
 # server beside one that needs it, then the doc tests
 # (deploy/local/run_tests.py).
-deploy/local/run_tests.py "${FEATURES[@]}" -- --test-threads 2
+tests=0
+deploy/local/run_tests.py "${FEATURES[@]}" -- --test-threads 2 || tests=$?
+checks=0
+wait "$check" || checks=$?
+cat .inferlog/check.log
+[ "$checks" -eq 0 ] || echo "test.sh: deploy/check.sh failed (exit $checks)" >&2
+[ "$tests" -eq 0 ] || echo "test.sh: tests failed (exit $tests)" >&2
+[ "$tests" -eq 0 ] && [ "$checks" -eq 0 ]
