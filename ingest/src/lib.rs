@@ -17,6 +17,9 @@
 //! reads the replay log), [`hooks`] (test faults), [`service_metrics`]
 //! (the live service metrics of every stored event, counted when its
 //! batch is durable).
+//!
+//! Apart from the daemon: [`dlq_inspect`] (`inferlog-ingest dlq inspect`,
+//! what the DLQ holds).
 
 pub mod batch;
 pub mod broker;
@@ -24,6 +27,7 @@ pub mod clickhouse_sink;
 pub mod commit;
 pub mod config;
 pub mod dlq;
+pub mod dlq_inspect;
 pub mod drain;
 pub mod error;
 pub mod hooks;

@@ -3,14 +3,20 @@
 //! or drained with --exit-when-idle), 2 on permanent errors (config,
 //! credentials, rights, a drifted table, a missing DLQ), 75 on transient
 //! ones that outlasted their wait, 70 when a task panicked (a bug).
+//!
+//! `inferlog-ingest --config FILE dlq inspect [--from T] [--to T] [--format
+//! text|json]`: what the DLQ holds (stdout). Exit 0, 1 when its oldest
+//! message is older than the hot policy, 2 or 75 as above.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand, ValueEnum};
+use inferlog_ingest::dlq_inspect::{self, Inspector, Window};
 use inferlog_ingest::pipeline::{run, RunOptions};
-use inferlog_ingest::{metrics, Config};
+use inferlog_ingest::{metrics, Config, IngestError};
+use inferlog_schema::error::exit;
 
 #[derive(Debug, Parser)]
 #[command(name = "inferlog-ingest", version, about = "Kafka to ClickHouse, exactly once; rejects to the DLQ")]
@@ -22,6 +28,92 @@ struct Cli {
     /// and with every assigned partition read to its high watermark (e.g. "10s").
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     exit_when_idle: Option<Duration>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The dead-letter queue (`[kafka] dlq_topic`).
+    Dlq {
+        #[command(subcommand)]
+        action: DlqAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqAction {
+    /// What the DLQ holds: messages by reason × field × source topic and by
+    /// hour, a sample per reason (as stored), the oldest message's age
+    /// against the hot policy. Reads the whole topic; commits nothing.
+    Inspect {
+        /// Count messages refused at or after this time (YYYY-MM-DD or RFC 3339, UTC).
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        from: Option<i64>,
+        /// Count messages refused before this time (YYYY-MM-DD or RFC 3339, UTC).
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        to: Option<i64>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+/// `YYYY-MM-DD` (its UTC midnight) or an RFC 3339 time, as epoch ms.
+fn parse_time(text: &str) -> Result<i64, String> {
+    inferlog_schema::timestamp::parse_day(text)
+        .or_else(|| inferlog_schema::timestamp::parse_rfc3339_ms(text).ok())
+        .ok_or_else(|| format!("{text:?} is neither YYYY-MM-DD nor an RFC 3339 time"))
+}
+
+/// `dlq inspect`: the summary on stdout; 1 when the oldest message outlived the hot policy.
+fn inspect(cli: &Cli, config: &Config, window: Window, format: Format) -> u8 {
+    let policy = match inferlog_schema::config::load_config_value(Some(&cli.config), std::env::vars())
+        .and_then(|root| inferlog_schema::config::section::<inferlog_store::config::RetentionConfig>(&root, "retention"))
+    {
+        Ok(r) => r.hot_days,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid configuration");
+            return exit::PERMANENT;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the runtime");
+            return exit::PERMANENT;
+        }
+    };
+    let summary = match runtime.block_on(dlq_inspect::read(&config.kafka, Inspector::new(window))) {
+        Ok(inspector) => inspector.finish(&config.kafka.dlq_topic, policy, inferlog_ingest::dlq::now_ms()),
+        Err(e) => return failed(&e),
+    };
+    let text = match format {
+        Format::Text => dlq_inspect::render_text(&summary),
+        Format::Json => match serde_json::to_string_pretty(&summary) {
+            Ok(text) => text + "\n",
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the summary");
+                return exit::BUG;
+            }
+        },
+    };
+    inferlog_store::cli::print_stdout(&text);
+    if summary.exceeds_policy {
+        tracing::warn!(oldest = ?summary.oldest, policy = %summary.policy, "the DLQ holds a message older than the hot policy");
+        return exit::PROBLEMS;
+    }
+    exit::OK
+}
+
+fn failed(e: &IngestError) -> u8 {
+    tracing::error!(error = %e, class = ?e.class(), exit_code = e.exit_code(), "dlq inspect failed");
+    e.exit_code()
 }
 
 fn main() -> ExitCode {
@@ -39,6 +131,9 @@ fn main() -> ExitCode {
             return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
         }
     };
+    if let Some(Command::Dlq { action: DlqAction::Inspect { from, to, format } }) = &cli.command {
+        return ExitCode::from(inspect(&cli, &config, Window { from_ms: *from, to_ms: *to }, *format));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(config.ingest.worker_threads).enable_all().build() {
         Ok(r) => r,
         Err(e) => {

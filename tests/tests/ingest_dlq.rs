@@ -9,12 +9,13 @@
 //!   SHA-256 in headers), delivered, committed;
 //! - the DLQ topic deleted while ingest runs: exit 2 naming it, nothing
 //!   committed past the pending rejects, all of them delivered by the run
-//!   after the topic is back.
+//!   after the topic is back;
+//! - `dlq inspect` counts what the DLQ holds as an independent reader does.
 //!
 //! (A DLQ whose writes the broker refuses to inferlog's user is in
 //! `kafka_security.rs`, on the SASL listener.)
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use inferlog_tests::{committed, generate, kafkatool, read_topic, sigterm, valid_count, wait_for, write_jsonl, Scenario};
@@ -118,4 +119,72 @@ fn a_dlq_topic_deleted_while_ingest_runs_exits_2_naming_it_and_loses_no_reject()
     assert_eq!(sources(&read_topic(&s.dlq)), second_rejects, "every reject of the second lot reached the new DLQ");
     let valid = (valid_count(&first) + valid_count(&second)) as u64;
     assert_eq!(s.hot_count(), (valid, valid));
+}
+
+/// `dlq inspect` on a DLQ ingest filled from 2,000 events (10% refused, of
+/// every reason) on two partitions, plus one message another producer wrote
+/// there: its counts by reason × field × source topic equal those of the
+/// DLQ's messages read by kafkatool, its counts by reason those the
+/// generator planted, and the foreign message is counted apart.
+#[test]
+fn dlq_inspect_counts_what_the_dlq_holds_by_reason_field_and_topic() {
+    let s = Scenario::new("dlqinspect", 2, "");
+    let events = generate(2_000, 0.1, 2711, 2);
+    inferlog_tests::produce(&s.topic, &write_jsonl(s.dir.path(), &events));
+    let (code, _, log) = s.run_ingest(Some("5s"), "ingest.log", &[], Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{log}");
+    let foreign = s.dir.path().join("foreign.jsonl");
+    std::fs::write(&foreign, "{\"not\": \"from inferlog\"}\n").expect("write");
+    kafkatool(&["produce", "--topic", &s.dlq, foreign.to_str().expect("path")]);
+
+    let dlq = read_topic(&s.dlq);
+    let planted = inferlog_tests::expected_reasons(&events);
+    assert_eq!(dlq.len(), planted.len() + 1, "every reject and the foreign message");
+    let mut by_key: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    for m in dlq.iter().filter(|m| m["headers"].get("inferlog.reason").is_some()) {
+        let h = |name: &str| m["headers"][name].as_str().unwrap_or("").to_owned();
+        *by_key.entry((h("inferlog.reason"), h("inferlog.field"), h("inferlog.source.topic"))).or_default() += 1;
+    }
+    let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
+    planted.values().for_each(|r| *by_reason.entry(r.to_string()).or_default() += 1);
+
+    let inspect = |extra: &[&str]| {
+        let out = std::process::Command::new(inferlog_tests::bin("inferlog-ingest"))
+            .arg("--config")
+            .arg(&s.config)
+            .args(["dlq", "inspect", "--format", "json"])
+            .args(extra)
+            .output()
+            .expect("run inferlog-ingest dlq inspect");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let summary = inspect(&[]);
+    assert_eq!(
+        (summary["read"].as_u64(), summary["messages"].as_u64(), summary["foreign"].as_u64()),
+        (Some(dlq.len() as u64), Some(dlq.len() as u64), Some(1))
+    );
+    let mut got: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    let mut got_reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for r in summary["by_reason"].as_array().expect("by_reason") {
+        let t = |k: &str| r[k].as_str().expect("text").to_owned();
+        got.insert((t("reason"), t("field"), t("source_topic")), r["messages"].as_u64().expect("count"));
+        *got_reasons.entry(t("reason")).or_default() += r["messages"].as_u64().expect("count");
+    }
+    assert_eq!(got, by_key, "by reason × field × source topic, as kafkatool reads the DLQ");
+    assert_eq!(got_reasons, by_reason, "by reason, as the generator planted them");
+    let hours: u64 = summary["by_hour"].as_array().expect("by_hour").iter().map(|h| h["messages"].as_u64().expect("count")).sum();
+    assert_eq!(hours, planted.len() as u64, "by hour: every message inferlog wrote");
+    let samples = summary["samples"].as_array().expect("samples");
+    assert_eq!(samples.len(), by_reason.len(), "one sample per reason");
+    assert!(samples.iter().all(|x| x["source"].as_str().is_some_and(|v| v.starts_with(&s.topic))), "{samples:?}");
+    // A sample with a user id shows it as stored: hashed, which ingest's redaction did.
+    let with_user: Vec<_> = samples.iter().filter(|x| x["payload"].as_str().is_some_and(|p| p.contains("\"user_id\":\""))).collect();
+    assert!(!with_user.is_empty(), "the generator's events carry user ids");
+    assert!(with_user.iter().all(|x| x["payload_kind"] == "redacted"), "{with_user:?}");
+    assert_eq!(summary["exceeds_policy"], false, "{summary}");
+
+    // A window after every rejection: every message read, none counted.
+    let later = inspect(&["--from", "2999-01-01"]);
+    assert_eq!((later["read"].as_u64(), later["messages"].as_u64()), (Some(dlq.len() as u64), Some(0)));
 }
