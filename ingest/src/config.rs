@@ -9,7 +9,7 @@ use std::path::Path;
 
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
-pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, OtlpConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV};
+pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, OtlpConfig, RetentionConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV};
 pub use inferlog_store::kafka::{
     Assignment, ClientSecurity, KafkaConfig, KafkaSecurity, Secret, SecurityProtocol, TopicEncoding, KAFKA_PASSWORD_ENV, SECRET_OPTIONS,
 };
@@ -25,6 +25,9 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub service_metrics: ServiceMetricsConfig,
     pub otlp: OtlpConfig,
+    /// Read for `dlq inspect`, which compares the DLQ's oldest message with
+    /// `hot_days`; validated by the retention and compactor daemons.
+    pub retention: RetentionConfig,
 }
 
 impl Config {
@@ -38,6 +41,7 @@ impl Config {
             ingest: section(&root, "ingest")?,
             service_metrics: section(&root, "service_metrics")?,
             otlp: section(&root, "otlp")?,
+            retention: section(&root, "retention")?,
         };
         config.validate()?;
         Ok(config)
@@ -119,6 +123,7 @@ mod tests {
             ingest: IngestConfig::default(),
             service_metrics: ServiceMetricsConfig::default(),
             otlp: OtlpConfig::default(),
+            retention: RetentionConfig::default(),
         };
         let e = config.validate().expect_err("secrets are refused in kafka.options");
         assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
@@ -133,6 +138,7 @@ mod tests {
             ingest: IngestConfig::default(),
             service_metrics: ServiceMetricsConfig::default(),
             otlp: OtlpConfig::default(),
+            retention: RetentionConfig::default(),
         };
         config.validate().expect("defaults are valid");
         let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..config.clone() };

@@ -123,7 +123,6 @@ pub struct Summary {
 pub struct Inspector {
     window: Window,
     read: u64,
-    messages: u64,
     foreign: u64,
     oldest_ms: Option<i64>,
     by_reason: BTreeMap<(String, String, String), u64>,
@@ -145,7 +144,6 @@ impl Inspector {
         if !self.window.contains(time) {
             return;
         }
-        self.messages += 1;
         let (reason, topic) = (record.header(headers::REASON), record.header(headers::SOURCE_TOPIC));
         if reason.is_empty()
             || topic.is_empty()
@@ -186,7 +184,7 @@ impl Inspector {
         Summary {
             topic: topic.to_owned(),
             read: self.read,
-            messages: self.messages,
+            messages: self.foreign + self.by_reason.values().sum::<u64>(),
             by_reason: self
                 .by_reason
                 .into_iter()

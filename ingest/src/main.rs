@@ -72,48 +72,19 @@ fn parse_time(text: &str) -> Result<i64, String> {
 }
 
 /// `dlq inspect`: the summary on stdout; 1 when the oldest message outlived the hot policy.
-fn inspect(cli: &Cli, config: &Config, window: Window, format: Format) -> u8 {
-    let policy = match inferlog_schema::config::load_config_value(Some(&cli.config), std::env::vars())
-        .and_then(|root| inferlog_schema::config::section::<inferlog_store::config::RetentionConfig>(&root, "retention"))
-    {
-        Ok(r) => r.hot_days,
-        Err(e) => {
-            tracing::error!(error = %e, "invalid configuration");
-            return exit::PERMANENT;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the runtime");
-            return exit::PERMANENT;
-        }
-    };
-    let summary = match runtime.block_on(dlq_inspect::read(&config.kafka, Inspector::new(window))) {
-        Ok(inspector) => inspector.finish(&config.kafka.dlq_topic, policy, inferlog_ingest::dlq::now_ms()),
-        Err(e) => return failed(&e),
-    };
+async fn inspect(config: Config, window: Window, format: Format) -> Result<i32, IngestError> {
+    let inspector = dlq_inspect::read(&config.kafka, Inspector::new(window)).await?;
+    let summary = inspector.finish(&config.kafka.dlq_topic, config.retention.hot_days, inferlog_ingest::dlq::now_ms());
     let text = match format {
         Format::Text => dlq_inspect::render_text(&summary),
-        Format::Json => match serde_json::to_string_pretty(&summary) {
-            Ok(text) => text + "\n",
-            Err(e) => {
-                tracing::error!(error = %e, "cannot write the summary");
-                return exit::BUG;
-            }
-        },
+        Format::Json => serde_json::to_string_pretty(&summary).map_err(|e| IngestError::Config(format!("the summary as JSON: {e}")))? + "\n",
     };
     inferlog_store::cli::print_stdout(&text);
     if summary.exceeds_policy {
         tracing::warn!(oldest = ?summary.oldest, policy = %summary.policy, "the DLQ holds a message older than the hot policy");
-        return exit::PROBLEMS;
+        return Ok(i32::from(exit::PROBLEMS));
     }
-    exit::OK
-}
-
-fn failed(e: &IngestError) -> u8 {
-    tracing::error!(error = %e, class = ?e.class(), exit_code = e.exit_code(), "dlq inspect failed");
-    e.exit_code()
+    Ok(i32::from(exit::OK))
 }
 
 fn main() -> ExitCode {
@@ -131,8 +102,8 @@ fn main() -> ExitCode {
             return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
         }
     };
-    if let Some(Command::Dlq { action: DlqAction::Inspect { from, to, format } }) = &cli.command {
-        return ExitCode::from(inspect(&cli, &config, Window { from_ms: *from, to_ms: *to }, *format));
+    if let Some(Command::Dlq { action: DlqAction::Inspect { from, to, format } }) = cli.command {
+        return inferlog_store::cli::run("dlq inspect", inspect(config, Window { from_ms: from, to_ms: to }, format));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(config.ingest.worker_threads).enable_all().build() {
         Ok(r) => r,
