@@ -10,9 +10,9 @@
 //!
 //! - a range marked done (state 1) is skipped whole: every offset in it was
 //!   stored, rejected or dropped as a duplicate;
-//! - a range with only its intent (state 0: the reader died or lost the
-//!   partition while writing it) is checked row by row, in the hot-table
-//!   days and rejects-log days the intent names: an offset with logged
+//! - a range with only intents (state 0: a reader died or lost the
+//!   partition while writing it, maybe several in turn) is checked row by
+//!   row, in the hot-table and rejects-log days any of them names: an offset with logged
 //!   rejects was handled whole, any other by the indexes (in its message)
 //!   of its stored rows, since an OTLP message's spans may go to several
 //!   days' inserts and a crash between them stores only some;
@@ -91,6 +91,48 @@ fn day_list(days: &[u16]) -> String {
     days.iter().map(|d| format!("'{}'", inferlog_store::day_string(i32::from(*d)))).collect::<Vec<_>>().join(", ")
 }
 
+/// What the entries of one partition past `from` say: ranges handled
+/// whole, and ranges only intended, to check row by row.
+#[derive(Debug, Default, PartialEq)]
+struct Plan {
+    done: Vec<(i64, i64)>,
+    checks: Vec<Check>,
+}
+
+/// An intended range to check row by row, in the days any of its intents named.
+#[derive(Debug, PartialEq)]
+struct Check {
+    first: i64,
+    last: i64,
+    row_days: Vec<u16>,
+    reject_days: Vec<u16>,
+}
+
+/// One decision per range (first, last), from `entries` sorted by it: done
+/// if any entry of it is done; else a check in the union of the days its
+/// intents named. Several readers that died writing the same range each
+/// wrote an intent naming only the days of the rows it wrote (a reader
+/// writes only what the ones before it did not), so any one intent's days
+/// miss the others' rows (a CI run stored 2,547 rows twice that way).
+fn plan(entries: &[Entry], from: i64) -> Plan {
+    let mut plan = Plan::default();
+    for group in entries.chunk_by(|a, b| (a.first_offset, a.last_offset) == (b.first_offset, b.last_offset)) {
+        let (first, last) = ((group[0].first_offset as i64).max(from), group[0].last_offset as i64);
+        if group.iter().any(|e| e.state == DONE) {
+            plan.done.push((first, last));
+            continue;
+        }
+        let union = |days: fn(&Entry) -> &[u16]| {
+            let mut all: Vec<u16> = group.iter().flat_map(|e| days(e).iter().copied()).collect();
+            all.sort_unstable();
+            all.dedup();
+            all
+        };
+        plan.checks.push(Check { first, last, row_days: union(|e| &e.row_days), reject_days: union(|e| &e.reject_days) });
+    }
+    plan
+}
+
 impl ClickHouseSink {
     /// Records `intents` (a batch about to be written) and `done` (batches
     /// now durable) in one INSERT.
@@ -155,55 +197,40 @@ impl ClickHouseSink {
             let until = covered_from.map(|f| f - 1);
             ranges.extend(self.scan(topic, p, from, until).await?);
         }
-        // One range per (first, last): done if any entry of it is done.
-        let mut i = 0;
-        while i < entries.len() {
-            let (first, last) = (entries[i].first_offset, entries[i].last_offset);
-            let group: Vec<&Entry> = entries[i..].iter().take_while(|e| e.first_offset == first && e.last_offset == last).collect();
-            i += group.len();
-            let (first, last) = ((first as i64).max(from), last as i64);
-            if group.iter().any(|e| e.state == DONE) {
-                ranges.push((first, last));
-            } else {
-                let intent = group[0];
-                let (whole, rows) = self.scan_intent(topic, p, first, last, intent).await?;
-                ranges.extend(whole);
-                spans.extend(rows);
-            }
+        let plan = plan(&entries, from);
+        ranges.extend(plan.done);
+        for check in &plan.checks {
+            let (whole, rows) = self.scan_intent(topic, p, check).await?;
+            ranges.extend(whole);
+            spans.extend(rows);
         }
         Ok(StoredRanges::new(ranges).with_spans(spans))
     }
 
-    /// The offsets of an intent's range (`from..=until`, in the hot-table
-    /// and rejects-log days it named) an earlier reader handled: whole
+    /// The offsets of an intended range (in the hot-table and rejects-log
+    /// days its intents named) an earlier reader handled: whole
     /// messages where their rejects were logged (that happens after every
     /// row of the batch is written), else each offset with the indexes of
     /// its stored rows. A message's rows may go to several days' inserts
     /// (an OTLP message whose spans straddle midnight), and a crash between
     /// them stores only some: those are written again, the stored ones not.
-    async fn scan_intent(
-        &self,
-        topic: &str,
-        partition: u16,
-        from: i64,
-        until: i64,
-        intent: &Entry,
-    ) -> Result<(Vec<(i64, i64)>, BTreeMap<i64, Vec<u32>>), IngestError> {
+    async fn scan_intent(&self, topic: &str, partition: u16, check: &Check) -> Result<(Vec<(i64, i64)>, BTreeMap<i64, Vec<u32>>), IngestError> {
+        let (from, until) = (check.first, check.last);
         let mut parts = Vec::new();
-        if !intent.row_days.is_empty() {
+        if !check.row_days.is_empty() {
             parts.push(format!(
                 "SELECT kafka_offset, kafka_index FROM {}.{} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ? AND day IN ({})",
                 self.database,
                 self.table,
-                day_list(&intent.row_days)
+                day_list(&check.row_days)
             ));
         }
-        if !intent.reject_days.is_empty() {
+        if !check.reject_days.is_empty() {
             parts.push(format!(
                 "SELECT kafka_offset, toUInt32({WHOLE}) AS kafka_index FROM {}.{} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset >= ? AND kafka_offset <= ? AND day IN ({})",
                 self.database,
                 self.rejects_table,
-                day_list(&intent.reject_days)
+                day_list(&check.reject_days)
             ));
         }
         let mut whole = RangeBuilder::default();
@@ -266,5 +293,43 @@ mod tests {
         let shape: Vec<&str> = inferlog_store::model::tables::REPLAY_LOG.columns.iter().map(|c| c.name).collect();
         assert_eq!(<Entry as Row>::COLUMN_NAMES, shape.as_slice());
         assert_eq!(day_list(&[20_000, 20_001]), "'2024-10-04', '2024-10-05'");
+    }
+
+    fn entry(first: u64, last: u64, state: u8, row_days: &[u16], reject_days: &[u16]) -> Entry {
+        Entry {
+            day: 1,
+            written_at: 0,
+            kafka_topic: "events".into(),
+            kafka_partition: 0,
+            first_offset: first,
+            last_offset: last,
+            state,
+            row_days: row_days.to_vec(),
+            reject_days: reject_days.to_vec(),
+        }
+    }
+
+    #[test]
+    fn intents_of_one_range_are_checked_in_the_days_any_of_them_named() {
+        // Three readers died writing offsets 0..=5728: the first wrote rows
+        // of four days, the second only the rest of days 3 and 4, the third
+        // days 1 and 2. The rows of all four days must be looked up.
+        let entries = vec![
+            entry(0, 5728, INTENT, &[3, 4], &[4]),
+            entry(0, 5728, INTENT, &[1, 2, 3, 4], &[4]),
+            entry(0, 5728, INTENT, &[1, 2], &[]),
+            entry(5729, 6341, INTENT, &[2], &[]),
+            entry(5729, 6341, DONE, &[2], &[]),
+            entry(6342, 7000, INTENT, &[5], &[5]),
+        ];
+        let plan = plan(&entries, 100);
+        assert_eq!(plan.done, vec![(5729, 6341)], "a range any entry marked done is done whole");
+        assert_eq!(
+            plan.checks,
+            vec![
+                Check { first: 100, last: 5728, row_days: vec![1, 2, 3, 4], reject_days: vec![4] },
+                Check { first: 6342, last: 7000, row_days: vec![5], reject_days: vec![5] },
+            ]
+        );
     }
 }

@@ -41,7 +41,12 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
     }
     s.drain("final.log");
     let (count, unique) = s.hot_count();
-    assert_eq!((count, unique), (valid, valid), "after {kills} kills (rows after each: {progress:?}, seed {seed})");
+    if (count, unique) != (valid, valid) {
+        panic!(
+            "after {kills} kills: {count} rows, {unique} distinct, {valid} valid events (rows after each: {progress:?}, seed {seed})\n{}",
+            duplicates_explained(&s, kills)
+        );
+    }
     #[allow(clippy::print_stderr)] // how close the last kill came to the end belongs in the test's output
     {
         eprintln!("rows after each kill: {progress:?} of {valid} (seed {seed})");
@@ -77,6 +82,43 @@ fn kill_dash_nine_at_random_moments_neither_loses_nor_duplicates() {
         );
     }
     assert_eq!(sources.len() as u64, events.len() as u64 - valid, "rejects in the DLQ topic ({} messages read)", dlq.len());
+}
+
+/// Where duplicates are: the offset ranges stored twice with the parts that
+/// hold them, the replay-log entries that cover them, and every line of the
+/// runs' logs that is not routine.
+fn duplicates_explained(s: &Scenario, kills: u64) -> String {
+    let hot = s.qualified_table();
+    let dups = clickhouse(&format!(
+        "SELECT kafka_partition, min(kafka_offset), max(kafka_offset), count(), groupUniqArray(part) FROM \
+         (SELECT kafka_partition, kafka_offset, count() AS c, groupArray(_part) AS parts FROM {hot} GROUP BY kafka_partition, kafka_offset, kafka_index HAVING c > 1) \
+         ARRAY JOIN parts AS part GROUP BY kafka_partition, intDiv(kafka_offset, 1000) ORDER BY 1, 2"
+    ));
+    let log = clickhouse(&format!(
+        "SELECT kafka_partition, first_offset, last_offset, state, written_at, row_days FROM {hot}_offsets \
+         WHERE (kafka_partition, first_offset) IN (SELECT kafka_partition, kafka_offset FROM {hot} GROUP BY kafka_partition, kafka_offset, kafka_index HAVING count() > 1) \
+         OR (kafka_partition, last_offset) IN (SELECT kafka_partition, kafka_offset FROM {hot} GROUP BY kafka_partition, kafka_offset, kafka_index HAVING count() > 1) \
+         ORDER BY 1, 2, 4"
+    ));
+    let parts = clickhouse(&format!(
+        "SELECT name, rows, modification_time FROM system.parts WHERE database = 'inferlog_test' AND table = '{}' AND active ORDER BY modification_time",
+        s.table
+    ));
+    let runs: Vec<String> = (0..kills).map(|k| format!("run-{k}.log")).chain(["final.log".to_owned()]).collect();
+    let notable: Vec<String> = runs
+        .iter()
+        .flat_map(|name| {
+            s.log(name)
+                .lines()
+                .filter(|l| !l.contains(" INFO ") || l.contains("replay") || l.contains("waited") || l.contains("landed") || l.contains("assigned"))
+                .map(|l| format!("{name}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    format!(
+        "duplicated (partition, first, last, rows, parts):\n{dups}\nreplay-log entries at their edges:\n{log}\nparts:\n{parts}\nlogs:\n{}",
+        notable.join("\n")
+    )
 }
 
 /// A one-partition scenario whose hot table is a plain `MergeTree` (no
