@@ -269,6 +269,10 @@ impl DayWork {
     async fn archive_late_rows(&self, day: Day, mode: ReadMode, fp: &DayFingerprint) -> Result<DayOutcome, CompactorError> {
         use sha2::Digest as _;
         let name = inferlog_store::day_string(day);
+        let pending = self.catalog.replay_pending_on(day).await?;
+        if pending > 0 {
+            return Err(CompactorError::ReplayPending { day: name, rows: pending });
+        }
         tracing::warn!(day = %name, rows = fp.rows, "rows arrived for a day already released; archiving them as a supplement");
         let tag = hex::encode(&sha2::Sha256::digest(fp.encode().as_bytes())[..6]);
         let written = self.archiver.archive_supplement(day, mode, &tag).await?;
@@ -360,6 +364,7 @@ impl DayWork {
                 self.catalog.mark(day, DayState::Archiving).await?;
                 Err(CompactorError::RowsChanged { day: name, step: "released", message: format!("{recorded} became {now}") })
             }
+            Release::Refused(Refusal::ReplayPending { rows }) => Err(CompactorError::ReplayPending { day: name, rows }),
             Release::Refused(refusal) => Err(CompactorError::Verification { day: name, key: "-".into(), message: refusal.to_string() }),
         }
     }

@@ -25,6 +25,10 @@ pub enum CompactorError {
     Busy { day: String },
     #[error("day {day}: the hot rows changed while it was being {step} ({message}); it is redone on the next pass")]
     RowsChanged { day: String, step: &'static str, message: String },
+    /// A DLQ replay was killed between storing rows of the day and
+    /// recording them: the day stays hot until a replay resolves them.
+    #[error("day {day}: {rows} rows of an interrupted DLQ replay are unresolved; it stays hot until `inferlog-ingest dlq replay` runs again")]
+    ReplayPending { day: String, rows: u64 },
 }
 
 impl CompactorError {
@@ -34,9 +38,11 @@ impl CompactorError {
     pub fn class(&self) -> ErrorClass {
         match self {
             CompactorError::Store(e) => e.class(),
-            CompactorError::Parquet { .. } | CompactorError::Archive { .. } | CompactorError::RowsChanged { .. } | CompactorError::Busy { .. } => {
-                ErrorClass::Retry
-            }
+            CompactorError::Parquet { .. }
+            | CompactorError::Archive { .. }
+            | CompactorError::RowsChanged { .. }
+            | CompactorError::Busy { .. }
+            | CompactorError::ReplayPending { .. } => ErrorClass::Retry,
             CompactorError::Verification { .. } | CompactorError::Aggregate { .. } => ErrorClass::Reject,
             CompactorError::Config(_) => ErrorClass::Fail,
         }

@@ -9,7 +9,9 @@ use std::path::Path;
 
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
-pub use inferlog_store::config::{ClickHouseConfig, IngestConfig, OtlpConfig, RetentionConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV};
+pub use inferlog_store::config::{
+    ClickHouseConfig, IngestConfig, OtlpConfig, PostgresConfig, RetentionConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV,
+};
 pub use inferlog_store::kafka::{
     Assignment, ClientSecurity, KafkaConfig, KafkaSecurity, Secret, SecurityProtocol, TopicEncoding, KAFKA_PASSWORD_ENV, SECRET_OPTIONS,
 };
@@ -28,6 +30,9 @@ pub struct Config {
     /// Read for `dlq inspect`, which compares the DLQ's oldest message with
     /// `hot_days`; validated by the retention and compactor daemons.
     pub retention: RetentionConfig,
+    /// The catalog, for `dlq replay` (its ledger, lock and audit rows);
+    /// the daemon does not connect to it.
+    pub postgres: PostgresConfig,
 }
 
 impl Config {
@@ -42,6 +47,7 @@ impl Config {
             service_metrics: section(&root, "service_metrics")?,
             otlp: section(&root, "otlp")?,
             retention: section(&root, "retention")?,
+            postgres: section(&root, "postgres")?,
         };
         config.validate()?;
         Ok(config)
@@ -124,6 +130,7 @@ mod tests {
             service_metrics: ServiceMetricsConfig::default(),
             otlp: OtlpConfig::default(),
             retention: RetentionConfig::default(),
+            postgres: PostgresConfig::default(),
         };
         let e = config.validate().expect_err("secrets are refused in kafka.options");
         assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
@@ -139,6 +146,7 @@ mod tests {
             service_metrics: ServiceMetricsConfig::default(),
             otlp: OtlpConfig::default(),
             retention: RetentionConfig::default(),
+            postgres: PostgresConfig::default(),
         };
         config.validate().expect("defaults are valid");
         let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..config.clone() };

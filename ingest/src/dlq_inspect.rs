@@ -1,7 +1,6 @@
-//! `inferlog-ingest dlq inspect`: what the DLQ holds. In: the DLQ topic,
-//! read from each partition's first message to its high watermark at the
-//! start (an assigned consumer: it joins no group and commits nothing), and
-//! an optional window on each message's rejection time. Out: a [`Summary`]:
+//! `inferlog-ingest dlq inspect`: what the DLQ holds. In: the DLQ topic's
+//! messages ([`crate::dlq_reader`]), and an optional window on each
+//! message's rejection time. Out: a [`Summary`]:
 //! messages by reason × field × source topic and by UTC hour, one sample
 //! per reason (the payload as stored: redacted unless `[kafka] dlq_payload
 //! = "original"`), the messages inferlog did not write (no source
@@ -9,47 +8,18 @@
 //! which the DLQ must not outlive.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
-use inferlog_schema::timestamp::{format_rfc3339_ms, parse_rfc3339_ms};
+use inferlog_schema::timestamp::format_rfc3339_ms;
 use inferlog_store::kafka::KafkaConfig;
 use inferlog_store::policy::Policy;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::dlq::headers;
+use crate::dlq_reader::{DlqReader, Record};
 use crate::error::IngestError;
-
-/// How long the broker may stay silent before inspect gives up (exit 75).
-const STALL: Duration = Duration::from_secs(30);
 
 /// The bytes of a sample payload shown, at most.
 const SAMPLE_BYTES: usize = 2048;
-
-/// One DLQ message, as inspect reads it.
-#[derive(Debug, Clone, Default)]
-pub struct Record {
-    pub partition: i32,
-    pub offset: i64,
-    /// The broker's timestamp of the DLQ message (epoch ms), if any.
-    pub timestamp_ms: Option<i64>,
-    pub headers: BTreeMap<String, String>,
-    pub payload: Vec<u8>,
-}
-
-impl Record {
-    /// When the event was refused: the `inferlog.time` header, else the
-    /// DLQ message's own timestamp.
-    pub fn time_ms(&self) -> Option<i64> {
-        self.headers.get(headers::TIME).and_then(|t| parse_rfc3339_ms(t).ok()).or(self.timestamp_ms)
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map_or("", String::as_str)
-    }
-}
 
 /// The rejection times to count, `[from, to)` in epoch ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,7 +29,7 @@ pub struct Window {
 }
 
 impl Window {
-    fn contains(&self, ms: Option<i64>) -> bool {
+    pub fn contains(&self, ms: Option<i64>) -> bool {
         match ms {
             Some(ms) => self.from_ms.is_none_or(|f| ms >= f) && self.to_ms.is_none_or(|t| ms < t),
             None => self.from_ms.is_none() && self.to_ms.is_none(),
@@ -202,69 +172,14 @@ impl Inspector {
 }
 
 /// Reads the whole DLQ topic (to the high watermarks found at the start)
-/// into `inspector`, off the async workers.
+/// into `inspector`.
 pub async fn read(kafka: &KafkaConfig, mut inspector: Inspector) -> Result<Inspector, IngestError> {
-    let mut config = crate::source::client_config(kafka)?;
-    config
-        .set("group.id", format!("{}-dlq-inspect", kafka.group_id))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest");
-    let topic = kafka.dlq_topic.clone();
-    let task = tokio::task::spawn_blocking(move || -> Result<Inspector, IngestError> {
-        let kafka_error = |operation: &'static str| move |source| IngestError::Kafka { operation, source };
-        let consumer: BaseConsumer = config.create().map_err(kafka_error("dlq inspect consumer"))?;
-        let metadata = consumer.fetch_metadata(Some(&topic), STALL).map_err(kafka_error("dlq metadata"))?;
-        let Some(described) = metadata.topics().first().filter(|t| t.error().is_none()) else {
-            return Err(IngestError::DlqMissing { dlq_topic: topic.clone(), reason: "the broker does not describe it".into() });
-        };
-        let mut list = TopicPartitionList::new();
-        let mut left: BTreeMap<i32, i64> = BTreeMap::new();
-        for p in described.partitions() {
-            let (low, high) = consumer.fetch_watermarks(&topic, p.id(), STALL).map_err(kafka_error("dlq watermarks"))?;
-            if high > low {
-                left.insert(p.id(), high);
-                list.add_partition_offset(&topic, p.id(), Offset::Offset(low)).map_err(kafka_error("dlq assign"))?;
-            }
-        }
-        consumer.assign(&list).map_err(kafka_error("dlq assign"))?;
-        let mut heard = Instant::now();
-        while !left.is_empty() {
-            let Some(message) = consumer.poll(Duration::from_millis(500)) else {
-                if heard.elapsed() > STALL {
-                    return Err(IngestError::NotDrained(format!(
-                        "the DLQ topic {topic}: no message for {}s with partitions {:?} not read to their end",
-                        STALL.as_secs(),
-                        left.keys().collect::<Vec<_>>()
-                    )));
-                }
-                continue;
-            };
-            heard = Instant::now();
-            let message = message.map_err(kafka_error("dlq read"))?;
-            let (partition, offset) = (message.partition(), message.offset());
-            if left.get(&partition).is_some_and(|high| offset < *high) {
-                let mut record = Record {
-                    partition,
-                    offset,
-                    timestamp_ms: message.timestamp().to_millis(),
-                    payload: message.payload().unwrap_or_default().to_vec(),
-                    ..Record::default()
-                };
-                if let Some(h) = message.headers() {
-                    for header in h.iter() {
-                        record.headers.insert(header.key.to_owned(), String::from_utf8_lossy(header.value.unwrap_or_default()).into_owned());
-                    }
-                }
-                inspector.add(&record);
-            }
-            if left.get(&partition).is_some_and(|high| offset + 1 >= *high) {
-                left.remove(&partition);
-            }
-        }
-        Ok(inspector)
-    });
-    task.await.map_err(|e| IngestError::Panic { task: "dlq inspect", message: e.to_string() })?
+    let mut reader = DlqReader::start(kafka, "inspect")?;
+    while let Some(record) = reader.next().await {
+        inspector.add(&record);
+    }
+    reader.finish().await?;
+    Ok(inspector)
 }
 
 /// The summary as text: the tables an operator reads first.
@@ -278,7 +193,7 @@ pub fn render_text(s: &Summary) -> String {
             let _ = writeln!(
                 out,
                 "oldest message {oldest}, {} old; hot policy {}: {verdict}",
-                humantime::format_duration(Duration::from_secs(age as u64)),
+                humantime::format_duration(std::time::Duration::from_secs(age as u64)),
                 s.policy
             );
         }
@@ -306,6 +221,8 @@ pub fn render_text(s: &Summary) -> String {
 
 #[cfg(test)]
 mod tests {
+    use inferlog_schema::timestamp::parse_rfc3339_ms;
+
     use super::*;
 
     fn record(reason: &str, field: &str, topic: &str, time: &str) -> Record {

@@ -21,10 +21,15 @@ pub const PANIC: &str = "INFERLOG_INGEST_TEST_PANIC";
 pub const HOLD_CHUNK: &str = "INFERLOG_INGEST_TEST_HOLD_CHUNK";
 
 /// Milliseconds the writer waits before each batch: a batch is in
-/// flight for that long, so a revocation meets one.
+/// flight for that long, so a revocation meets one (`dlq replay`: before
+/// each chunk's INSERT).
 pub const SLOW_WRITE: &str = "INFERLOG_INGEST_TEST_SLOW_WRITE_MS";
 
-pub const ALL: [&str; 3] = [PANIC, HOLD_CHUNK, SLOW_WRITE];
+/// `replay-inserted` stops `dlq replay` dead right after a chunk's rows
+/// landed, before the ledger records them (a test then kills it).
+pub const PAUSE_AFTER: &str = "INFERLOG_INGEST_TEST_PAUSE_AFTER";
+
+pub const ALL: [&str; 4] = [PANIC, HOLD_CHUNK, SLOW_WRITE, PAUSE_AFTER];
 
 fn set_to(env: &str, value: &str) -> bool {
     BUILT_IN && std::env::var(env).is_ok_and(|v| v == value)

@@ -18,8 +18,10 @@
 //! (the live service metrics of every stored event, counted when its
 //! batch is durable).
 //!
-//! Apart from the daemon: [`dlq_inspect`] (`inferlog-ingest dlq inspect`,
-//! what the DLQ holds).
+//! Apart from the daemon, the DLQ read back ([`dlq_reader`]):
+//! [`dlq_inspect`] (`inferlog-ingest dlq inspect`, what the DLQ holds) and
+//! [`dlq_replay`] (`inferlog-ingest dlq replay`, what now passes stored
+//! once, by its source coordinates).
 
 pub mod batch;
 pub mod broker;
@@ -28,6 +30,8 @@ pub mod commit;
 pub mod config;
 pub mod dlq;
 pub mod dlq_inspect;
+pub mod dlq_reader;
+pub mod dlq_replay;
 pub mod drain;
 pub mod error;
 pub mod hooks;

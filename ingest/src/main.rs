@@ -7,6 +7,11 @@
 //! `inferlog-ingest --config FILE dlq inspect [--from T] [--to T] [--format
 //! text|json]`: what the DLQ holds (stdout). Exit 0, 1 when its oldest
 //! message is older than the hot policy, 2 or 75 as above.
+//!
+//! `inferlog-ingest --config FILE dlq replay [--reason R]... [--from T]
+//! [--to T] [--dry-run] [--format text|json]`: the DLQ's events that pass
+//! today's contract stored once, by their source coordinates. Exit 0, 1
+//! when a selected event is still invalid or refused, 2 or 75 as above.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,6 +19,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use inferlog_ingest::dlq_inspect::{self, Inspector, Window};
+use inferlog_ingest::dlq_replay;
 use inferlog_ingest::pipeline::{run, RunOptions};
 use inferlog_ingest::{metrics, Config, IngestError};
 use inferlog_schema::error::exit;
@@ -56,6 +62,28 @@ enum DlqAction {
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
     },
+    /// Validates the DLQ's messages again under today's config and stores
+    /// the events that now pass in the hot tier, once each by their source
+    /// coordinates; the still-invalid stay in the DLQ, counted by reason.
+    Replay {
+        /// Replay only messages refused for this reason (repeatable; default: all).
+        #[arg(long = "reason", value_name = "REASON")]
+        reasons: Vec<String>,
+        /// Replay messages refused at or after this time (YYYY-MM-DD or RFC 3339, UTC).
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        from: Option<i64>,
+        /// Replay messages refused before this time (YYYY-MM-DD or RFC 3339, UTC).
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        to: Option<i64>,
+        /// Report what would pass, per reason; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Messages handled together (one ledger round trip, one INSERT per day).
+        #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
+        batch: u32,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -87,6 +115,27 @@ async fn inspect(config: Config, window: Window, format: Format) -> Result<i32, 
     Ok(i32::from(exit::OK))
 }
 
+/// `dlq replay`: the summary on stdout; 1 when a selected event is still invalid or refused.
+async fn replay(config: Config, options: dlq_replay::Options, format: Format) -> Result<i32, IngestError> {
+    let summary = dlq_replay::run(config, options).await?;
+    let text = match format {
+        Format::Text => dlq_replay::render_text(&summary),
+        Format::Json => serde_json::to_string_pretty(&summary).map_err(|e| IngestError::Config(format!("the summary as JSON: {e}")))? + "\n",
+    };
+    inferlog_store::cli::print_stdout(&text);
+    tracing::info!(
+        dry_run = summary.dry_run,
+        selected = summary.selected,
+        replayed = summary.replayed,
+        already_stored = summary.already_stored,
+        still_invalid = summary.still_invalid,
+        refused = summary.refused,
+        late_rows = summary.late_rows,
+        "dlq replay done"
+    );
+    Ok(i32::from(if summary.still_invalid + summary.refused > 0 { exit::PROBLEMS } else { exit::OK }))
+}
+
 fn main() -> ExitCode {
     inferlog_ingest::memory::fix_mmap_threshold();
     inferlog_store::cli::init_logging();
@@ -102,8 +151,15 @@ fn main() -> ExitCode {
             return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
         }
     };
-    if let Some(Command::Dlq { action: DlqAction::Inspect { from, to, format } }) = cli.command {
-        return inferlog_store::cli::run("dlq inspect", inspect(config, Window { from_ms: from, to_ms: to }, format));
+    match cli.command {
+        Some(Command::Dlq { action: DlqAction::Inspect { from, to, format } }) => {
+            return inferlog_store::cli::run("dlq inspect", inspect(config, Window { from_ms: from, to_ms: to }, format));
+        }
+        Some(Command::Dlq { action: DlqAction::Replay { reasons, from, to, dry_run, batch, format } }) => {
+            let options = dlq_replay::Options { reasons, window: Window { from_ms: from, to_ms: to }, dry_run, batch: batch as usize };
+            return inferlog_store::cli::run("dlq replay", replay(config, options, format));
+        }
+        None => {}
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(config.ingest.worker_threads).enable_all().build() {
         Ok(r) => r,

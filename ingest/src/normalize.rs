@@ -160,13 +160,38 @@ impl Normalizer {
         }
     }
 
+    /// One DLQ message again, validated as if received at `received_ms`
+    /// (its rejection time) and stored at `ingested_at`: with `span`, the
+    /// event a refused span mapped to, at that index of its message;
+    /// without, the message in `input.encoding`.
+    pub fn replayed(&self, input: &Input<'_>, span: Option<u32>, received_ms: i64, ingested_at: u32) -> Piece {
+        let Some(index) = span else {
+            return self.piece_at(std::slice::from_ref(input), received_ms, ingested_at);
+        };
+        let mut piece = Piece::default();
+        let outcome = self.event(input.payload, input, index, received_ms, ingested_at, &mut Cache::default(), &mut piece.bytes);
+        let span = |event: &[u8]| Some(Box::new(Span { index, trace_id: String::new(), span_id: String::new(), event: event.to_vec() }));
+        piece.outcomes.push(match outcome {
+            Ok(Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, .. }) => {
+                Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: span(input.payload) }
+            }
+            Ok(rejected) => rejected,
+            Err(rejection) => Outcome::Rejected(rejection, span(input.payload)),
+        });
+        piece.messages.push(MessageEnd { end: 1, skipped_spans: 0 });
+        piece
+    }
+
     fn piece(&self, inputs: &[Input<'_>], received_ms: i64) -> Piece {
+        self.piece_at(inputs, received_ms, (received_ms / 1000) as u32)
+    }
+
+    fn piece_at(&self, inputs: &[Input<'_>], received_ms: i64, ingested_at: u32) -> Piece {
         let mut piece = Piece {
             bytes: Vec::with_capacity(inputs.len() * 384),
             outcomes: Vec::with_capacity(inputs.len()),
             messages: Vec::with_capacity(inputs.len()),
         };
-        let ingested_at = (received_ms / 1000) as u32;
         let mut cache = Cache::default();
         for input in inputs {
             let mut skipped_spans = 0;

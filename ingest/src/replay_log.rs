@@ -87,7 +87,7 @@ struct Oldest {
 }
 
 /// `YYYY-MM-DD` literals of days, for `day IN (…)`.
-fn day_list(days: &[u16]) -> String {
+pub(crate) fn day_list(days: &[u16]) -> String {
     days.iter().map(|d| format!("'{}'", inferlog_store::day_string(i32::from(*d)))).collect::<Vec<_>>().join(", ")
 }
 

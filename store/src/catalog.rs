@@ -99,9 +99,12 @@ pub struct AuditEntry {
 /// schema, so two deployments sharing a database never block each other;
 /// the second key is the day.
 fn lock_space(schema: &str) -> i32 {
-    // FNV-1a: stable across builds and platforms (unlike std's hasher).
-    let hash = format!("inferlog.{schema}").bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
-    hash as i32
+    stable_hash(format!("inferlog.{schema}").as_bytes()) as i32
+}
+
+/// FNV-1a: stable across builds and platforms (unlike std's hasher).
+pub(crate) fn stable_hash(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
 }
 
 pub fn date_of(day: Day) -> NaiveDate {
@@ -125,6 +128,11 @@ pub struct DayLock {
 }
 
 impl DayLock {
+    /// Locks held on `conn` under `space`, with these second keys.
+    pub(crate) fn held(conn: sqlx::pool::PoolConnection<Postgres>, space: i32, keys: Vec<i32>) -> DayLock {
+        DayLock { conn: Some(conn), space, days: keys }
+    }
+
     pub async fn unlock(mut self) {
         if let Some(mut conn) = self.conn.take() {
             for &day in &self.days {
@@ -191,6 +199,11 @@ impl Catalog {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The first key of this deployment's advisory locks.
+    pub(crate) fn lock_space(&self) -> i32 {
+        self.lock_space
     }
 
     /// Takes the advisory lock of `day` unless another replica holds it.

@@ -10,6 +10,7 @@
 //!   the compactor's day states, the cold manifest, the aggregates, the
 //!   audit table of deletions, and the advisory locks replicas share.
 //! - [`cold`]: the object store holding Parquet archives under `dt=YYYY-MM-DD/`.
+//! - [`dlq_ledger`]: the rejected events a DLQ replay stored, by source coordinates, and the lock replays share.
 //! - [`cost`]: the price table and what a model's tokens cost on a day.
 //! - [`budget`]: monthly budgets per business line, spend and forecast.
 //! - [`policy`]: retention policies and the one rule deciding when a day has expired.
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod cold;
 pub mod config;
 pub mod cost;
+pub mod dlq_ledger;
 pub mod error;
 pub mod hot;
 pub mod http;

@@ -23,6 +23,9 @@ pub enum Refusal {
     /// Rows arrived after the day was released: the compactor archives
     /// them as a supplement before they are dropped.
     LateRows { rows: u64 },
+    /// A DLQ replay was killed between inserting rows of the day and
+    /// recording them ([`crate::dlq_ledger`]): the next replay resolves them.
+    ReplayPending { rows: u64 },
 }
 
 impl std::fmt::Display for Refusal {
@@ -36,6 +39,9 @@ impl std::fmt::Display for Refusal {
                 write!(f, "the manifest holds {archived_rows} rows in {objects} objects, the day had {day_rows}")
             }
             Refusal::RowsChanged { recorded, now } => write!(f, "the hot rows changed since the archive was verified ({recorded} became {now})"),
+            Refusal::ReplayPending { rows } => {
+                write!(f, "{rows} rows of an interrupted DLQ replay are unresolved; run `inferlog-ingest dlq replay` again to finish it")
+            }
             Refusal::LateRows { rows } => {
                 write!(f, "{rows} rows arrived after the day was released; the compactor archives them as a supplement, then drops them")
             }
@@ -80,6 +86,10 @@ pub async fn release_day<F: Future<Output = ()>>(
             return Ok(Release::Refused(Refusal::LateRows { rows: late }));
         }
         return Ok(Release::Released { rows: record.hot_rows, objects: record.objects as usize });
+    }
+    let pending = catalog.replay_pending_on(day).await?;
+    if pending > 0 {
+        return Ok(Release::Refused(Refusal::ReplayPending { rows: pending }));
     }
     if !matches!(record.state, DayState::Aggregated | DayState::Releasing) {
         return Ok(Release::Refused(Refusal::NotArchived { state: Some(record.state) }));

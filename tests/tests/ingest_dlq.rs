@@ -10,7 +10,9 @@
 //! - the DLQ topic deleted while ingest runs: exit 2 naming it, nothing
 //!   committed past the pending rejects, all of them delivered by the run
 //!   after the topic is back;
-//! - `dlq inspect` counts what the DLQ holds as an independent reader does.
+//! - `dlq inspect` counts what the DLQ holds as an independent reader does;
+//! - `dlq replay` stores what a config fix makes valid, once, whatever
+//!   kills, races and releases meet it.
 //!
 //! (A DLQ whose writes the broker refuses to inferlog's user is in
 //! `kafka_security.rs`, on the SASL listener.)
@@ -18,7 +20,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use inferlog_tests::{committed, generate, kafkatool, read_topic, sigterm, valid_count, wait_for, write_jsonl, Scenario};
+use inferlog_schema::generate::{GeneratedEvent, Generator, GeneratorConfig};
+use inferlog_schema::timestamp::MS_PER_DAY;
+use inferlog_schema::ReasonCode;
+use inferlog_tests::{clickhouse, committed, generate, kafkatool, read_topic, sigterm, valid_count, wait_for, write_jsonl, Scenario};
+use rand::Rng as _;
 
 /// Source offsets of the DLQ messages read by `read_topic`.
 fn sources(dlq: &[serde_json::Value]) -> HashSet<i64> {
@@ -187,4 +193,294 @@ fn dlq_inspect_counts_what_the_dlq_holds_by_reason_field_and_topic() {
     // A window after every rejection: every message read, none counted.
     let later = inspect(&["--from", "2999-01-01"]);
     assert_eq!((later["read"].as_u64(), later["messages"].as_u64()), (Some(dlq.len() as u64), Some(0)));
+}
+
+/// The code a producer team shipped before the dictionary knew it.
+const NEW_CODE: &str = "2001";
+
+/// Rewrites every `every`-th valid event to carry [`NEW_CODE`] (which the
+/// contract then refuses, `error_code.unknown`); their request ids.
+fn plant_new_code(events: &mut [GeneratedEvent], every: usize) -> HashSet<String> {
+    let mut planted = HashSet::new();
+    for e in events.iter_mut().filter(|e| e.expected.is_none()).step_by(every) {
+        let mut doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&e.line).expect("a generated event is a JSON object");
+        let Some(id) = doc.get("request_id").and_then(|v| v.as_str()).map(str::to_owned) else { continue };
+        if !doc.contains_key("error_code") {
+            continue;
+        }
+        doc.insert("error_code".into(), serde_json::json!(2001));
+        doc.insert("error_stage".into(), serde_json::json!("decode"));
+        e.line = serde_json::to_vec(&doc).expect("json");
+        e.expected = Some(ReasonCode::ErrorCodeUnknown);
+        planted.insert(id);
+    }
+    planted
+}
+
+/// A run whose DLQ holds planted [`NEW_CODE`] events, and the config that
+/// knows the code (plus `extra` tables).
+struct Planted {
+    s: Scenario,
+    events: Vec<GeneratedEvent>,
+    planted: HashSet<String>,
+    fixed: std::path::PathBuf,
+    schema: String,
+}
+
+/// `schema` is added to the config of every run (`[schema]` keys), `extra`
+/// to the fixed one's. The hot table is a plain `MergeTree` (a duplicate
+/// stays visible) unless `extra` configures the compactor, which needs
+/// ingest's own.
+fn planted_run(name: &str, events: Vec<GeneratedEvent>, every: usize, schema: &str, extra: &str) -> Planted {
+    let s = Scenario::new(name, 2, "");
+    if !extra.contains("[compactor]") {
+        s.create_plain_hot_table();
+    }
+    let base = std::fs::read_to_string(&s.config).expect("config");
+    std::fs::write(
+        &s.config,
+        format!(
+            "{base}
+[schema]
+{schema}
+"
+        ),
+    )
+    .expect("write config");
+    let mut events = events;
+    let planted = plant_new_code(&mut events, every);
+    inferlog_tests::produce(&s.topic, &write_jsonl(s.dir.path(), &events));
+    let (code, _, log) = s.run_ingest(Some("5s"), "ingest.log", &[], Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{log}");
+    let schema = s.table.to_ascii_lowercase();
+    let fixed = s.dir.path().join("fixed.toml");
+    let base = std::fs::read_to_string(&s.config).expect("config");
+    std::fs::write(
+        &fixed,
+        format!(
+            "{base}\n[postgres]\nurl = \"{}\"\nschema = \"{schema}\"\n\n[schema.error_codes]\n\"{NEW_CODE}\" = \"kv_cache_evicted\"\n\n{extra}\n",
+            inferlog_tests::tiers::postgres_url()
+        ),
+    )
+    .expect("write config");
+    Planted { s, events, planted, fixed, schema }
+}
+
+impl Planted {
+    fn command(&self, args: &[&str], env: &[(&str, &str)], log: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(inferlog_tests::bin("inferlog-ingest"));
+        cmd.arg("--config").arg(&self.fixed).args(["dlq", "replay", "--format", "json"]).args(args);
+        cmd.env("INFERLOG_HASH_KEY_FILE", self.s.dir.path().join("hash.key")).env_remove("INFERLOG_HASH_KEY").env_remove("INFERLOG_CONFIG");
+        cmd.envs(env.iter().copied());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.s.dir.path().join(log)).expect("log file");
+        cmd.stderr(log);
+        cmd
+    }
+
+    /// Runs a replay to its end: its exit code and its JSON summary.
+    fn replay(&self, args: &[&str], log: &str) -> (Option<i32>, serde_json::Value) {
+        let out = self.command(args, &[], log).output().expect("run dlq replay");
+        let summary = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", self.s.log(log)));
+        (out.status.code(), summary)
+    }
+
+    fn psql(&self, sql: &str) -> String {
+        let out = std::process::Command::new("psql")
+            .args([&inferlog_tests::tiers::postgres_url(), "-X", "-q", "-At", "-F", "\t", "-v", "ON_ERROR_STOP=1", "-c"])
+            .arg(format!("SET search_path TO \"{}\"; {sql}", self.schema))
+            .output()
+            .expect("psql");
+        assert!(out.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+
+    fn valid_now(&self) -> u64 {
+        valid_count(&self.events) as u64 + self.planted.len() as u64
+    }
+}
+
+/// One reason's line of a replay summary: (selected, replayed, already stored, still invalid, refused).
+fn line(summary: &serde_json::Value, reason: &str) -> (u64, u64, u64, u64, u64) {
+    let lines = summary["by_reason"].as_array().expect("by_reason");
+    let l = lines.iter().find(|l| l["reason"] == reason).unwrap_or_else(|| panic!("no {reason} in {summary}"));
+    let n = |k: &str| l[k].as_u64().expect("count");
+    (n("selected"), n("replayed"), n("already_stored"), n("still_invalid"), n("refused"))
+}
+
+/// Test 1 and 3 of issue 33: 5% of the valid events carry a code the
+/// dictionary lacks; the code is added; a dry run counts exactly what the
+/// real run then stores; the replay stores each of them once, under its
+/// original coordinates, and leaves the rest of the DLQ as it was (the
+/// generator's own unknown code, 4242, stays invalid); a second replay
+/// stores nothing. Produced = hot + still invalid in the DLQ, exactly.
+#[test]
+fn a_replay_after_the_fix_stores_each_refused_event_once_and_the_rest_stays() {
+    let p = planted_run("replay", generate(4_000, 0.03, 3301, 2), 20, "", "");
+    let (s, planted) = (&p.s, &p.planted);
+    let live = valid_count(&p.events) as u64;
+    assert_eq!(s.hot_count(), (live, live), "before: the planted events are refused");
+    let dlq_before = read_topic(&s.dlq);
+    let generators_unknown = p.events.iter().filter(|e| e.expected == Some(ReasonCode::ErrorCodeUnknown)).count() as u64 - planted.len() as u64;
+    assert!(planted.len() > 150 && generators_unknown > 0, "planted {}, the generator's {generators_unknown}", planted.len());
+
+    let (code, dry) = p.replay(&["--reason", "error_code.unknown", "--dry-run"], "dry.log");
+    assert_eq!(code, Some(1), "the generator's code 4242 is still unknown: {dry}");
+    assert_eq!(line(&dry, "error_code.unknown"), (planted.len() as u64 + generators_unknown, planted.len() as u64, 0, generators_unknown, 0));
+    assert_eq!(s.hot_count(), (live, live), "a dry run changes nothing");
+
+    let (code, real) = p.replay(&["--reason", "error_code.unknown"], "real.log");
+    assert_eq!(code, Some(1), "{real}");
+    assert_eq!(real["by_reason"], dry["by_reason"], "the dry run counted what the real run stored");
+    assert_eq!(s.hot_count(), (p.valid_now(), p.valid_now()), "each planted event stored once (a plain MergeTree)");
+    // Under its original coordinates, as the DLQ headers give them.
+    let coordinates: HashSet<String> = dlq_before
+        .iter()
+        .filter(|m| m["headers"]["inferlog.reason"] == "error_code.unknown")
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m["headers"]["inferlog.source.partition"].as_str().unwrap_or(""),
+                m["headers"]["inferlog.source.offset"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let stored = clickhouse(&format!(
+        "SELECT request_id, concat(toString(kafka_partition), '/', toString(kafka_offset)), error_code FROM {} WHERE error_code = {NEW_CODE}",
+        s.qualified_table()
+    ));
+    let rows: Vec<Vec<&str>> = stored.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), planted.len());
+    assert!(rows.iter().all(|r| planted.contains(r[0]) && coordinates.contains(r[1])), "{stored}");
+    assert_eq!(read_topic(&s.dlq).len(), dlq_before.len(), "nothing produced to the DLQ");
+
+    // Twice: nothing more. Everything: the rest is still invalid, and it adds up.
+    let (_, again) = p.replay(&["--reason", "error_code.unknown"], "again.log");
+    assert_eq!(line(&again, "error_code.unknown"), (planted.len() as u64 + generators_unknown, 0, planted.len() as u64, generators_unknown, 0));
+    let (_, all) = p.replay(&["--dry-run"], "all.log");
+    let unresolved = all["still_invalid"].as_u64().expect("n") + all["refused"].as_u64().expect("n");
+    assert_eq!(all["replayed"], 0, "{all}");
+    assert_eq!(s.hot_count().0 + unresolved, p.events.len() as u64, "produced = hot + still invalid in the DLQ: {all}");
+    assert_eq!(all["selected"].as_u64(), Some(dlq_before.len() as u64));
+    // The PII the contract refused was masked in the DLQ: refused, never stored.
+    assert!(line(&all, "pii.detected").4 > 0, "{all}");
+    assert_eq!(
+        p.psql("SELECT dry_run, rows FROM retention_audit WHERE tier = 'dlq' AND action = 'replay' ORDER BY id"),
+        format!("t\t{n}\nf\t{n}\nf\t0\nt\t0", n = planted.len()),
+        "one audit row per run"
+    );
+    assert_eq!(p.psql("SELECT state, count(*) FROM dlq_replayed GROUP BY state"), format!("stored\t{}", planted.len()));
+}
+
+/// Test 2 of issue 33: a replay killed right after a chunk's rows landed
+/// (before its ledger entry), one killed at a random moment, then two
+/// replays at once: every planted event stored exactly once.
+#[test]
+fn killed_and_racing_replays_store_each_event_once() {
+    let p = planted_run("replaykill", generate(6_000, 0.0, 3302, 2), 8, "", "");
+    let (s, planted) = (&p.s, &p.planted);
+    let live = valid_count(&p.events) as u64;
+    let args = ["--reason", "error_code.unknown", "--batch", "40"];
+
+    // Killed between the INSERT and the ledger.
+    let mut child = p
+        .command(&args, &[("INFERLOG_INGEST_TEST_PAUSE_AFTER", "replay-inserted")], "paused.log")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    if let Some(status) = inferlog_tests::wait_paused(&mut child, || s.log("paused.log"), Duration::from_secs(120)) {
+        panic!("replay exited ({status}) before pausing: {}", s.log("paused.log"));
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    assert_eq!(s.hot_count().0, live + 40, "the first chunk landed");
+    assert_eq!(p.psql("SELECT state, count(*) FROM dlq_replayed GROUP BY state"), "pending\t40");
+
+    // Killed at a random moment while chunks land.
+    let (mut rng, seed) = inferlog_tests::test_rng("replay kill");
+    let mut child =
+        p.command(&args, &[("INFERLOG_INGEST_TEST_SLOW_WRITE_MS", "60")], "random.log").stdout(std::process::Stdio::null()).spawn().expect("spawn");
+    let target = live + 40 + rng.gen_range(40..planted.len() as u64 / 2);
+    wait_for(Duration::from_secs(120), || s.hot_count().0 >= target, || format!("{target} rows (seed {seed}): {}", s.log("random.log")));
+    std::thread::sleep(Duration::from_millis(rng.gen_range(0..100)));
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let after_kill = s.hot_count().0;
+    assert!(after_kill < p.valid_now(), "killed mid-replay (seed {seed}): {after_kill}");
+
+    // Two at once, to the end.
+    let racing: Vec<std::process::Child> =
+        (0..2).map(|i| p.command(&args, &[], &format!("race-{i}.log")).stdout(std::process::Stdio::null()).spawn().expect("spawn")).collect();
+    for (i, mut child) in racing.into_iter().enumerate() {
+        let status = inferlog_tests::wait_with_limit(&mut child, Duration::from_secs(180));
+        assert_eq!(status.code(), Some(0), "race {i}: {}", s.log(&format!("race-{i}.log")));
+    }
+    assert_eq!(s.hot_count(), (p.valid_now(), p.valid_now()), "each event once after two kills and a race (seed {seed})");
+    assert_eq!(p.psql("SELECT state, count(*) FROM dlq_replayed GROUP BY state"), format!("stored\t{}", planted.len()));
+    let resolved = s.log("random.log");
+    assert!(resolved.contains("resolved an interrupted replay") && resolved.contains("landed=40 never_landed=0"), "{resolved}");
+}
+
+/// Test 4 of issue 33: a refused event of a day the compactor already
+/// archived and released is replayed through the late-row path: archived
+/// as a supplement, verified, the hot partition dropped again, and the
+/// retention audit clean.
+#[test]
+fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
+    let day = inferlog_tests::tiers::today() - 10; // past the 7-day hot policy
+    let end_ms = (i64::from(day) + 1) * MS_PER_DAY - 60_000;
+    let events: Vec<GeneratedEvent> = Generator::new(GeneratorConfig { seed: 3303, days: 1, end_ms, invalid_ratio: 0.0 }).take(1_500).collect();
+    let id = inferlog_tests::unique("replayold").to_ascii_lowercase();
+    let extra = format!(
+        "[cold]\nurl = \"s3://inferlog-cold/{id}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1h\"\n",
+        inferlog_tests::tiers::s3_endpoint()
+    );
+    // Events of ten days ago pass (max_event_age 30 days); the compactor
+    // releases their day, past the 7-day hot policy.
+    let p = planted_run("replayold", events, 25, "max_event_age = \"30d\"", &extra);
+    let s = &p.s;
+    let live = valid_count(&p.events) as u64;
+    // The compactor and retention refuse an event age beyond the hot
+    // policy: they run on the fixed config without it. (Ingest and replay
+    // take a ten-day-old event here only to fit days of real time into a
+    // test: a day is released past the policy, and an event refused
+    // within it can meet its replay after its day's release.)
+    let tiers = s.dir.path().join("tiers.toml");
+    let fixed = std::fs::read_to_string(&p.fixed).expect("config");
+    std::fs::write(&tiers, fixed.replace("max_event_age = \"30d\"", "")).expect("write config");
+    let run = |binary: &str, args: &[&str], log: &str| {
+        let out = std::process::Command::new(inferlog_tests::bin(binary))
+            .arg("--config")
+            .arg(&tiers)
+            .args(args)
+            .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .output()
+            .expect("run");
+        std::fs::write(s.dir.path().join(log), &out.stderr).expect("log");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, _, log) = run("inferlog-compactor", &["--once"], "compactor-1.log");
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(p.psql("SELECT state, hot_rows FROM compactor_days"), format!("released\t{live}"), "{log}");
+    assert_eq!(s.hot_count().0, 0, "released");
+
+    let (code, summary) = p.replay(&[], "replay.log");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!((summary["replayed"].as_u64(), summary["late_rows"].as_u64()), (Some(p.planted.len() as u64), Some(p.planted.len() as u64)));
+    assert_eq!(s.hot_count().0, p.planted.len() as u64, "late rows wait in the hot tier for the compactor");
+
+    let (code, _, log) = run("inferlog-compactor", &["--once"], "compactor-2.log");
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(s.hot_count().0, 0, "archived as a supplement, then dropped");
+    let archived = p.psql("SELECT sum(rows) FROM cold_manifest");
+    assert_eq!(archived, p.valid_now().to_string(), "the archive holds every event once");
+    assert_eq!(p.psql("SELECT count(*) FROM cold_manifest WHERE object_key LIKE '%late-%'"), "1");
+    // A retention pass (it also sets the test DLQ topic's retention to the policy's), then its audit.
+    let (code, out, log) = run("inferlog-retention", &["enforce"], "enforce.log");
+    assert_eq!(code, Some(0), "{out}{log}");
+    let (code, out, log) = run("inferlog-retention", &["audit", "--format", "json"], "audit.log");
+    assert_eq!(code, Some(0), "the audit is clean: {out}{log}");
+    // And a second replay, with the day released again, stores nothing.
+    let (_, again) = p.replay(&[], "again.log");
+    assert_eq!((again["replayed"].as_u64(), again["already_stored"].as_u64()), (Some(0), Some(p.planted.len() as u64)));
 }

@@ -142,6 +142,23 @@ impl HotRow {
 }
 
 /// A RowBinary `String`: its length as an unsigned LEB128, then its bytes.
+/// The request id of a row [`HotRow::encode`] wrote: the string after the
+/// fixed-width day, event time and timestamp.
+pub fn encoded_request_id(row: &[u8]) -> Option<&str> {
+    const AT: usize = 2 + 4 + 8;
+    let (mut len, mut shift, mut at) = (0u64, 0u32, AT);
+    loop {
+        let b = *row.get(at)?;
+        at += 1;
+        len |= u64::from(b & 0x7f).checked_shl(shift)?;
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+    }
+    row.get(at..at.checked_add(usize::try_from(len).ok()?)?).and_then(|id| std::str::from_utf8(id).ok())
+}
+
 fn put_str(out: &mut Vec<u8>, s: &str) {
     let mut len = s.len() as u64;
     while len >= 0x80 {
@@ -199,6 +216,22 @@ mod tests {
         put_nullable(&mut out, None::<u8>, |out, v| out.push(v));
         put_nullable(&mut out, Some(7u8), |out, v| out.push(v));
         assert_eq!(out, [1, 0, 7]);
+    }
+
+    #[test]
+    fn the_request_id_is_read_back_from_an_encoded_row() {
+        let contract = inferlog_schema::Contract::new(&inferlog_schema::ContractConfig::default()).expect("contract");
+        let hasher = inferlog_schema::UserIdHasher::new(b"rows-test-key-0123456789abcdefgh", None, "test").expect("key");
+        for id in ["req-1", &"r".repeat(128)] {
+            let line = format!(
+                r#"{{"request_id":"{id}","timestamp":"2026-12-01T10:00:00Z","model_name":"m","model_version":"v1","business_line":"search","input_tokens":3,"output_tokens":4,"total_latency_ms":12.5,"error_code":0}}"#
+            );
+            let event = contract.normalize(line.as_bytes(), None, &hasher).expect("valid").event;
+            let mut out = Vec::new();
+            HotRow::new(event, std::sync::Arc::from("events"), 1, 2, 3).encode(&mut out);
+            assert_eq!(encoded_request_id(&out), Some(id));
+        }
+        assert_eq!(encoded_request_id(&[0; 14]), None, "cut short");
     }
 
     /// The typed inserts name the columns of their table's shape, in order.
