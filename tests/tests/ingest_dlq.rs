@@ -352,6 +352,35 @@ fn a_replay_after_the_fix_stores_each_refused_event_once_and_the_rest_stays() {
     assert_eq!(rows.len(), planted.len());
     assert!(rows.iter().all(|r| planted.contains(r[0]) && coordinates.contains(r[1])), "{stored}");
     assert_eq!(read_topic(&s.dlq).len(), dlq_before.len(), "nothing produced to the DLQ");
+    // The DLQ held each user id as its keyed hash (redacted); the replayed
+    // row carries exactly what live ingest stores for the plaintext: the
+    // contract's own normalizing of the events as produced says which.
+    let originals: Vec<GeneratedEvent> = p.events.iter().filter(|e| e.expected == Some(ReasonCode::ErrorCodeUnknown)).cloned().collect();
+    let file = s.dir.path().join("planted.jsonl");
+    std::fs::write(&file, originals.iter().flat_map(|e| e.line.iter().copied().chain([b'\n'])).collect::<Vec<u8>>()).expect("write");
+    let out = std::process::Command::new(inferlog_tests::bin("inferlog-schema"))
+        .arg("--config")
+        .arg(&p.fixed)
+        .arg("normalize")
+        .arg(&file)
+        .env("INFERLOG_HASH_KEY_FILE", s.dir.path().join("hash.key"))
+        .env_remove("INFERLOG_HASH_KEY")
+        .output()
+        .expect("inferlog-schema normalize");
+    let expected: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["error_code"] == 2001)
+        .map(|e| (e["request_id"].as_str().unwrap_or("").to_owned(), e["user_id"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    let hashes: BTreeMap<String, String> =
+        clickhouse(&format!("SELECT request_id, ifNull(user_id_hash, '') FROM {} WHERE error_code = {NEW_CODE}", s.qualified_table()))
+            .lines()
+            .filter_map(|l| l.split_once('\t').map(|(a, b)| (a.to_owned(), b.to_owned())))
+            .collect();
+    assert_eq!(expected.len(), planted.len(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(expected.values().filter(|h| !h.is_empty()).count() > planted.len() / 2, "most events carry a user id");
+    assert_eq!(hashes, expected, "user ids as live ingest stores them");
 
     // Twice: nothing more. Everything: the rest is still invalid, and it adds up.
     let (_, again) = p.replay(&["--reason", "error_code.unknown"], "again.log");
