@@ -173,6 +173,12 @@ impl Tally {
         *self.invalid.entry((reason.to_owned(), now.to_owned(), field.to_owned())).or_default() += 1;
     }
 
+    /// A message refused before validation: counted, and listed with what refused it.
+    fn refused(&mut self, reason: &str, refusal: Refusal) {
+        self.line(reason).refused += 1;
+        *self.invalid.entry((reason.to_owned(), refusal.as_str().to_owned(), String::new())).or_default() += 1;
+    }
+
     fn finish(self, dlq_topic: &str, dry_run: bool) -> Summary {
         let lines: Vec<ReasonLine> = self.lines.into_values().collect();
         let sum = |f: fn(&ReasonLine) -> u64| lines.iter().map(f).sum::<u64>();
@@ -225,6 +231,8 @@ impl StoredKey {
 
 /// A replay run: what it reads with and writes to.
 struct Replay {
+    /// This run's name in the ledger (unique per process).
+    run: String,
     options: Options,
     config: Config,
     normalizer: Normalizer,
@@ -249,6 +257,7 @@ pub async fn run(config: Config, options: Options) -> Result<Summary, IngestErro
     let dlq_topic = config.kafka.dlq_topic.clone();
     let lock = catalog.lock_replay(&dlq_topic).await?;
     let mut replay = Replay {
+        run: sink.insert_id(),
         options,
         config,
         normalizer,
@@ -391,8 +400,7 @@ impl Replay {
             let source = match source(record) {
                 Ok(source) => source,
                 Err(refusal) => {
-                    self.tally.line(&reason).refused += 1;
-                    *self.tally.invalid.entry((reason.clone(), refusal.as_str().to_owned(), String::new())).or_default() += 1;
+                    self.tally.refused(&reason, refusal);
                     continue;
                 }
             };
@@ -484,7 +492,7 @@ impl Replay {
         landed.extend(copies);
         let all: Vec<(Coordinates, u16)> = to_store.iter().map(|c| (c.coordinates.clone(), c.day)).chain(landed).collect();
         let ledger_entries: Vec<(Coordinates, i32)> = all.iter().map(|(c, d)| (c.clone(), i32::from(*d))).collect();
-        self.catalog.replay_pending(&ledger_entries, &self.run_name()).await?;
+        self.catalog.replay_pending(&ledger_entries, &self.run).await?;
         crate::hooks::slow_write().await;
         let mut by_day: BTreeMap<u16, Vec<Candidate>> = BTreeMap::new();
         for c in to_store {
@@ -550,10 +558,6 @@ impl Replay {
         }
         self.released.insert(day, released);
         Ok(released)
-    }
-
-    fn run_name(&self) -> String {
-        self.sink.insert_id()
     }
 
     /// One audit row per run (dry runs too): what it stored, by reason.
