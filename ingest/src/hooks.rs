@@ -3,6 +3,7 @@
 //! Compiled to nothing without the `inferlog-store/test-hooks` feature,
 //! and a release binary refuses to start with any of them set.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use inferlog_store::test_hooks::BUILT_IN;
@@ -26,7 +27,11 @@ pub const HOLD_CHUNK: &str = "INFERLOG_INGEST_TEST_HOLD_CHUNK";
 pub const SLOW_WRITE: &str = "INFERLOG_INGEST_TEST_SLOW_WRITE_MS";
 
 /// `replay-inserted` stops `dlq replay` dead right after a chunk's rows
-/// landed, before the ledger records them (a test then kills it).
+/// landed, before the ledger records them (a test then kills it);
+/// `session-lost` holds the first batch that fills up after one was
+/// written, not polling the consumer, until librdkafka declares the group
+/// session lost (`max.poll.interval.ms` passed) with the rest of the
+/// backlog still queued ahead of the revocation.
 pub const PAUSE_AFTER: &str = "INFERLOG_INGEST_TEST_PAUSE_AFTER";
 
 pub const ALL: [&str; 4] = [PANIC, HOLD_CHUNK, SLOW_WRITE, PAUSE_AFTER];
@@ -81,4 +86,34 @@ pub async fn hold_until_revoked<'c>(consumer: &'c Consumer, rebalances: &Rebalan
         revoked = rebalances.revoked_after(since),
         "{HOLD_CHUNK}: a revocation arrived with messages in hand"
     );
+}
+
+/// Whether the `session-lost` hold happened.
+static HELD: AtomicBool = AtomicBool::new(false);
+
+/// With [`PAUSE_AFTER`]`=session-lost`, once: waits without polling the
+/// consumer until its assignment is lost, or two minutes pass.
+pub async fn hold_until_session_lost(consumer: &Consumer) {
+    if !set_to(PAUSE_AFTER, "session-lost") || HELD.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    use rdkafka::consumer::Consumer as _;
+    tracing::warn!("{PAUSE_AFTER}: holding a full batch, not polling, until the group session is lost");
+    let give_up = Instant::now() + Duration::from_secs(120);
+    while !consumer.assignment_lost() && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tracing::warn!(lost = consumer.assignment_lost(), "{PAUSE_AFTER}: done holding");
+}
+
+/// With [`PAUSE_AFTER`]`=session-lost`, once after the hold: the next
+/// partition start takes 8 s, as a committed-offset lookup does while the
+/// broker is down; the pipeline serves the consumer meanwhile, so the
+/// revocation and the member's next assignment arrive during it.
+pub async fn slow_start_after_session_lost() {
+    static SLOWED: AtomicBool = AtomicBool::new(false);
+    if HELD.load(Ordering::Acquire) && !SLOWED.swap(true, Ordering::AcqRel) {
+        tracing::warn!("{PAUSE_AFTER}: a partition start after the loss takes 8 s");
+        tokio::time::sleep(Duration::from_secs(8)).await;
+    }
 }

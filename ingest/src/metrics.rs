@@ -103,7 +103,7 @@ impl Metrics {
             ),
             unowned: counter(
                 "inferlog_ingest_unowned_messages_total",
-                "Messages of a partition this member no longer owns (revoked while they were read), dropped unwritten for their next owner",
+                "Messages of a partition this member no longer owns (revoked while they were read, or queued when the group session was lost), dropped unwritten for their next owner",
             ),
             pauses: counter(
                 "inferlog_ingest_pauses_total",

@@ -19,28 +19,58 @@ use crate::metrics::{self, Metrics};
 use crate::offsets::PartitionState;
 use crate::writer::Writer;
 
-/// The partitions this member owns, each with its state once started
-/// (one map, so a message costs one lookup to learn both).
+/// The partitions this member owns, each with the rebalance generation
+/// of its assignment and its state once started (one map, so a message
+/// costs one lookup to learn both).
 #[derive(Debug, Default)]
 pub struct Partitions {
-    owned: PartitionMap<Option<PartitionState>>,
+    owned: PartitionMap<Owned>,
 }
 
-/// What this member knows of a partition.
+#[derive(Debug)]
+struct Owned {
+    /// The generation of the assignment: a message received before it
+    /// belongs to an earlier ownership (librdkafka fetches a new
+    /// assignment again from the commit) and is dropped.
+    since: u64,
+    slot: Slot,
+}
+
+/// An owned partition: not started yet, started, or lost with the group
+/// session and waiting for the revocation that ends the ownership.
+#[derive(Debug)]
+enum Slot {
+    NotStarted,
+    Started(PartitionState),
+    Lost,
+}
+
+/// What this member knows of a partition, for a message received under a
+/// given rebalance generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// Not owned, or owned by an assignment later than the message.
     NotOwned,
     NotStarted,
     Started,
+    /// The group session was lost: the partition's messages still queued
+    /// here are dropped (its next owner reads them again from the commit)
+    /// until the revocation librdkafka queued behind them arrives.
+    Lost,
 }
 
 impl Partitions {
-    /// The group gave these partitions to this member. A partition number
-    /// the tables cannot hold is refused (exit 2) rather than cast.
-    pub fn assign(&mut self, list: &[PartitionKey]) -> Result<(), IngestError> {
+    /// The group gave these partitions to this member at rebalance
+    /// `generation`. A partition number the tables cannot hold is refused
+    /// (exit 2) rather than cast. A partition lost with the session and
+    /// assigned again starts afresh.
+    pub fn assign(&mut self, list: &[PartitionKey], generation: u64) -> Result<(), IngestError> {
         for (topic, partition) in list {
             table_partition(topic, *partition)?;
-            self.owned.entry((topic.clone(), *partition)).or_insert(None);
+            let owned = self.owned.entry((topic.clone(), *partition)).or_insert(Owned { since: generation, slot: Slot::NotStarted });
+            if matches!(owned.slot, Slot::Lost) {
+                *owned = Owned { since: generation, slot: Slot::NotStarted };
+            }
         }
         Ok(())
     }
@@ -52,39 +82,54 @@ impl Partitions {
         }
     }
 
+    /// Whether this member owns the partition and may commit its offsets
+    /// (not when it was lost with the session).
     pub fn owns(&self, key: &PartitionKey) -> bool {
-        self.owned.contains_key(key)
+        self.owned.get(key).is_some_and(|o| !matches!(o.slot, Slot::Lost))
     }
 
-    pub fn status(&self, key: &PartitionKey) -> Status {
+    /// The partition as a message received under `received` sees it.
+    pub fn status(&self, key: &PartitionKey, received: u64) -> Status {
         match self.owned.get(key) {
+            Some(o) if o.since > received => Status::NotOwned,
             None => Status::NotOwned,
-            Some(None) => Status::NotStarted,
-            Some(Some(_)) => Status::Started,
+            Some(Owned { slot: Slot::NotStarted, .. }) => Status::NotStarted,
+            Some(Owned { slot: Slot::Started(_), .. }) => Status::Started,
+            Some(Owned { slot: Slot::Lost, .. }) => Status::Lost,
         }
     }
 
-    pub fn state(&mut self, key: &PartitionKey) -> Option<&mut PartitionState> {
-        self.owned.get_mut(key).and_then(Option::as_mut)
+    /// The started state a message received under `received` goes to.
+    pub fn state(&mut self, key: &PartitionKey, received: u64) -> Option<&mut PartitionState> {
+        match self.owned.get_mut(key) {
+            Some(Owned { since, slot: Slot::Started(state) }) if *since <= received => Some(state),
+            _ => None,
+        }
     }
 
     /// A started partition's state, if it is.
     pub fn started_state(&self, key: &PartitionKey) -> Option<&PartitionState> {
-        self.owned.get(key).and_then(Option::as_ref)
+        match self.owned.get(key) {
+            Some(Owned { slot: Slot::Started(state), .. }) => Some(state),
+            _ => None,
+        }
     }
 
-    /// A partition's state once started, kept only while it is owned.
+    /// A partition's state once started, kept only while it is owned and
+    /// not lost (the session may be lost while its start was looked up).
     pub fn started(&mut self, key: &PartitionKey, state: PartitionState) {
-        if let Some(slot) = self.owned.get_mut(key) {
-            *slot = Some(state);
+        if let Some(owned @ Owned { slot: Slot::NotStarted, .. }) = self.owned.get_mut(key) {
+            owned.slot = Slot::Started(state);
         }
     }
 
     /// The group session was lost: every partition is read again from its
-    /// commit by whoever owns it next (the revocation that follows ends
-    /// the ownership).
-    pub fn forget_states(&mut self) {
-        self.owned.values_mut().for_each(|s| *s = None);
+    /// commit by whoever owns it next. Until the revocation arrives, the
+    /// messages still queued here are dropped: starting a partition on one
+    /// of them would resume past the dropped batch, from a message beyond
+    /// the commit, and lose the batch as a gap.
+    pub fn lose_all(&mut self) {
+        self.owned.values_mut().for_each(|o| o.slot = Slot::Lost);
     }
 }
 
@@ -93,6 +138,7 @@ impl Partitions {
 /// and the offsets past it an earlier reader already handled, from the
 /// replay log. Runs as its own task; the pipeline serves the consumer meanwhile.
 pub async fn lookup_start(broker: Broker, writer: Writer, metrics: Metrics, key: PartitionKey) -> Result<PartitionState, IngestError> {
+    crate::hooks::slow_start_after_session_lost().await;
     let (topic, partition) = (key.0.clone(), key.1);
     let t = topic.to_string();
     let (committed, low) = broker
@@ -173,19 +219,57 @@ mod tests {
     #[test]
     fn ownership_comes_from_assignments_and_revocations() {
         let mut p = Partitions::default();
-        p.assign(&[key(0), key(1)]).expect("assign");
+        p.assign(&[key(0), key(1)], 1).expect("assign");
         assert!(p.owns(&key(0)) && p.owns(&key(1)) && !p.owns(&key(2)));
-        assert_eq!(p.status(&key(1)), Status::NotStarted);
+        assert_eq!(p.status(&key(1), 1), Status::NotStarted);
         p.started(&key(1), PartitionState::default());
         p.started(&key(2), PartitionState::default());
-        assert_eq!(p.status(&key(1)), Status::Started);
-        assert!(p.state(&key(1)).is_some());
-        assert_eq!(p.status(&key(2)), Status::NotOwned, "a partition not owned is never started");
-        p.forget_states();
-        assert_eq!(p.status(&key(1)), Status::NotStarted, "still owned, started again on its next message");
+        assert_eq!(p.status(&key(1), 1), Status::Started);
+        assert!(p.state(&key(1), 1).is_some());
+        assert_eq!(p.status(&key(2), 1), Status::NotOwned, "a partition not owned is never started");
         p.revoke(&[key(1)]);
-        assert!(!p.owns(&key(1)) && p.state(&key(1)).is_none());
-        assert!(p.assign(&[key(70_000)]).is_err(), "beyond UInt16");
+        assert!(!p.owns(&key(1)) && p.state(&key(1), 1).is_none());
+        assert!(p.assign(&[key(70_000)], 2).is_err(), "beyond UInt16");
         assert!(!p.owns(&key(70_000)));
+    }
+
+    /// A message received before its partition's current assignment
+    /// (revoked and assigned again meanwhile) belongs to the earlier
+    /// ownership: the new one reads from the commit, so the message must
+    /// neither start the partition past it nor go to its state.
+    #[test]
+    fn a_message_from_before_the_assignment_is_not_the_new_owners() {
+        let mut p = Partitions::default();
+        p.assign(&[key(0)], 1).expect("assign");
+        p.started(&key(0), PartitionState::new(Default::default(), 0));
+        p.revoke(&[key(0)]);
+        p.assign(&[key(0)], 3).expect("assign again");
+        assert_eq!(p.status(&key(0), 2), Status::NotOwned, "received under generation 2");
+        assert_eq!(p.status(&key(0), 3), Status::NotStarted);
+        p.started(&key(0), PartitionState::new(Default::default(), 500));
+        assert!(p.state(&key(0), 2).is_none() && p.state(&key(0), 3).is_some());
+        p.assign(&[key(0), key(1)], 5).expect("an incremental assignment");
+        assert!(p.state(&key(0), 3).is_some(), "an assignment of others leaves this one as it was");
+    }
+
+    /// A lost session: no partition starts again on a message queued
+    /// before the revocation (it would resume past the dropped batch), none
+    /// is committed, and a new assignment starts each from its commit.
+    #[test]
+    fn a_partition_lost_with_the_session_waits_for_its_revocation() {
+        let mut p = Partitions::default();
+        p.assign(&[key(0), key(1)], 1).expect("assign");
+        p.started(&key(0), PartitionState::new(Default::default(), 1000));
+        p.lose_all();
+        assert_eq!((p.status(&key(0), 1), p.status(&key(1), 1)), (Status::Lost, Status::Lost));
+        assert!(p.state(&key(0), 1).is_none() && p.started_state(&key(0)).is_none(), "its state is gone");
+        assert!(!p.owns(&key(0)) && !p.owns(&key(1)), "not ours to commit");
+        p.started(&key(1), PartitionState::new(Default::default(), 2000));
+        assert_eq!(p.status(&key(1), 1), Status::Lost, "a start looked up before the loss does not revive it");
+        p.revoke(&[key(0)]);
+        assert_eq!(p.status(&key(0), 1), Status::NotOwned);
+        p.assign(&[key(0), key(1)], 4).expect("assign again");
+        assert_eq!((p.status(&key(0), 4), p.status(&key(1), 4)), (Status::NotStarted, Status::NotStarted), "read again from the commit");
+        assert_eq!(p.status(&key(1), 1), Status::NotOwned, "what was queued before stays dropped");
     }
 }

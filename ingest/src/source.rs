@@ -42,18 +42,19 @@ impl RebalanceLog {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Every event not taken yet.
-    pub fn take(&self) -> Vec<RebalanceEvent> {
+    /// Every event not taken yet, each with its generation.
+    pub fn take(&self) -> Vec<(u64, RebalanceEvent)> {
         self.take_through(u64::MAX)
     }
 
     /// The events up to generation `generation` (those that happened
-    /// before a message stamped with it was received), in order.
-    pub fn take_through(&self, generation: u64) -> Vec<RebalanceEvent> {
+    /// before a message stamped with it was received), in order, each
+    /// with its own generation.
+    pub fn take_through(&self, generation: u64) -> Vec<(u64, RebalanceEvent)> {
         let Ok(mut events) = self.events.lock() else { return Vec::new() };
         let mut taken = Vec::new();
         while events.front().is_some_and(|(g, _)| *g <= generation) {
-            if let Some((_, event)) = events.pop_front() {
+            if let Some(event) = events.pop_front() {
                 taken.push(event);
             }
         }
@@ -430,10 +431,10 @@ mod tests {
         let r = RebalanceEvent::Revoked(vec![("t".into(), 0)]);
         log.push(a.clone());
         log.push(r.clone());
-        assert_eq!(log.take(), [a.clone(), r]);
+        assert_eq!(log.take(), [(1, a.clone()), (2, r)]);
         assert!(log.take().is_empty());
         log.push(a.clone());
-        assert_eq!(log.take(), [a]);
+        assert_eq!(log.take(), [(3, a)]);
         assert!(log.take().is_empty());
     }
 

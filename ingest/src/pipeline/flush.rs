@@ -13,14 +13,26 @@ impl Pipeline {
             return Ok(());
         }
         self.finish_in_flight().await?;
+        // Revocations that arrived while the batch filled (a wait served
+        // the consumer) take their partitions' rows out first: the
+        // revocation callback has returned, so their next owner may
+        // already have looked up what is stored.
+        self.apply_rebalances()?;
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        if self.after_full && self.summary.rows > 0 {
+            crate::hooks::hold_until_session_lost(&self.consumer).await;
+        }
         if self.consumer.assignment_lost() {
             // The group session timed out: another member may own the
             // partitions and have looked up what is stored. This batch's
-            // messages are read again by whoever owns them next.
+            // messages are read again by whoever owns them next, and so
+            // are those still queued here before the revocation.
             tracing::warn!(rows = self.batch.rows, "group session lost: the unwritten batch is dropped, its messages are read again");
             metrics::session_lost(&self.metrics);
             self.batch = self.batch.emptied();
-            self.partitions.forget_states();
+            self.partitions.lose_all();
             return Ok(());
         }
         let next = Batch::sized_like(&self.batch, self.config.ingest.batch_max_bytes);

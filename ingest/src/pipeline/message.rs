@@ -22,7 +22,7 @@ impl Pipeline {
             return Ok(());
         }
         self.applied = through;
-        for event in self.rebalances.take_through(through) {
+        for (generation, event) in self.rebalances.take_through(through) {
             match event {
                 RebalanceEvent::Revoked(list) => {
                     metrics::rebalanced(&self.metrics, "revoke", &list);
@@ -40,7 +40,7 @@ impl Pipeline {
                     }
                     let _ = self.consumer.resume(&tpl);
                     let keys: Vec<PartitionKey> = list.iter().map(|(t, p)| (self.topic(t).0, *p)).collect();
-                    self.partitions.assign(&keys)?;
+                    self.partitions.assign(&keys, generation)?;
                     // An empty assignment is not one to drain.
                     self.assigned_once |= !list.is_empty();
                 }
@@ -84,7 +84,7 @@ impl Pipeline {
                 let mut events = outcomes.by_ref().take((end.end - start) as usize);
                 start = end.end;
                 self.apply_through(*generation)?;
-                self.handle(message, topic, events.by_ref(), end.skipped_spans, &piece.bytes, received_ms, &mut skews).await?;
+                self.handle(message, *generation, topic, events.by_ref(), end.skipped_spans, &piece.bytes, received_ms, &mut skews).await?;
                 // A message handle() drops unread (not owned, delivered
                 // again, already stored) leaves its outcomes here: they are
                 // its own, never the next message's.
@@ -109,13 +109,15 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Takes one message whose payload normalized to `outcomes` (one for
+    /// Takes one message, received under rebalance generation `received`,
+    /// whose payload normalized to `outcomes` (one for
     /// a JSON event, one per inference span of an OTLP message, none when
     /// every span was skipped: a row encoded in `encoded`, or a rejection).
     #[allow(clippy::too_many_arguments)] // the message, what it became, and the chunk's shared state
     pub(super) async fn handle<M: Message>(
         &mut self,
         message: &M,
+        received: u64,
         (topic, consumed): TopicEntry,
         outcomes: impl Iterator<Item = Outcome>,
         skipped_spans: u32,
@@ -126,10 +128,10 @@ impl Pipeline {
         let (partition, offset) = (message.partition(), message.offset());
         let key: PartitionKey = (topic.clone(), partition);
         // One lookup for a started partition, the common case.
-        let mut state = match self.partitions.state(&key) {
+        let mut state = match self.partitions.state(&key, received) {
             Some(state) => state,
-            None => match self.partitions.status(&key) {
-                Status::NotOwned => {
+            None => match self.partitions.status(&key, received) {
+                Status::NotOwned | Status::Lost => {
                     metrics::unowned_message(&self.metrics, &topic, partition, offset);
                     return Ok(());
                 }
@@ -145,8 +147,8 @@ impl Pipeline {
                         }
                         Err(error) => return Err(error),
                     }
-                    // Revoked while it started (the wait served the consumer): not owned now.
-                    match self.partitions.state(&key) {
+                    // Revoked or lost while it started (the wait served the consumer): not owned now.
+                    match self.partitions.state(&key, received) {
                         Some(state) => state,
                         None => return Ok(()),
                     }
@@ -160,7 +162,7 @@ impl Pipeline {
             Delivery::Gap => {
                 let task = tokio::spawn(partitions::log_start(self.broker.clone(), key.clone()));
                 let log_start = self.serve_while(task, "log start lookup").await??;
-                state = match self.partitions.state(&key) {
+                state = match self.partitions.state(&key, received) {
                     Some(state) => state,
                     None => return Ok(()),
                 };
