@@ -21,7 +21,8 @@
 //! Apart from the daemon, the DLQ read back ([`dlq_reader`]):
 //! [`dlq_inspect`] (`inferlog-ingest dlq inspect`, what the DLQ holds) and
 //! [`dlq_replay`] (`inferlog-ingest dlq replay`, what now passes stored
-//! once, by its source coordinates).
+//! once, by its source coordinates) and [`dlq_replay_metrics`] (a run's
+//! figures for Prometheus).
 
 pub mod batch;
 pub mod broker;
@@ -32,6 +33,7 @@ pub mod dlq;
 pub mod dlq_inspect;
 pub mod dlq_reader;
 pub mod dlq_replay;
+pub mod dlq_replay_metrics;
 pub mod drain;
 pub mod error;
 pub mod hooks;

@@ -9,11 +9,12 @@
 //! message is older than the hot policy, 2 or 75 as above.
 //!
 //! `inferlog-ingest --config FILE dlq replay [--reason R]... [--from T]
-//! [--to T] [--dry-run] [--format text|json]`: the DLQ's events that pass
-//! today's contract stored once, by their source coordinates. Exit 0, 1
-//! when a selected event is still invalid or refused, 2 or 75 as above.
+//! [--to T] [--dry-run] [--format text|json] [--metrics-file F]`: the
+//! DLQ's events that pass today's contract stored once, by their source
+//! coordinates; the run's figures for Prometheus in `F`. Exit 0, 1 when a
+//! selected event is still invalid or refused, 2 or 75 as above.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -83,6 +84,11 @@ enum DlqAction {
         batch: u32,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
+        /// After a run that changed something (not `--dry-run`), write its
+        /// figures in Prometheus' text format to this file, replaced whole
+        /// (for node_exporter's textfile collector).
+        #[arg(long, value_name = "FILE")]
+        metrics_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -116,8 +122,11 @@ async fn inspect(config: Config, window: Window, format: Format) -> Result<i32, 
 }
 
 /// `dlq replay`: the summary on stdout; 1 when a selected event is still invalid or refused.
-async fn replay(config: Config, options: dlq_replay::Options, format: Format) -> Result<i32, IngestError> {
+async fn replay(config: Config, options: dlq_replay::Options, format: Format, metrics_file: Option<PathBuf>) -> Result<i32, IngestError> {
     let summary = dlq_replay::run(config, options).await?;
+    if let Some(path) = metrics_file.filter(|_| !summary.dry_run) {
+        write_metrics(&path, &summary)?;
+    }
     let text = match format {
         Format::Text => dlq_replay::render_text(&summary),
         Format::Json => serde_json::to_string_pretty(&summary).map_err(|e| IngestError::Config(format!("the summary as JSON: {e}")))? + "\n",
@@ -134,6 +143,19 @@ async fn replay(config: Config, options: dlq_replay::Options, format: Format) ->
         "dlq replay done"
     );
     Ok(i32::from(if summary.still_invalid + summary.refused > 0 { exit::PROBLEMS } else { exit::OK }))
+}
+
+/// The run's figures to `path`, through a file beside it renamed over it,
+/// so a collector never reads half of them.
+fn write_metrics(path: &Path, summary: &dlq_replay::Summary) -> Result<(), IngestError> {
+    let failed = |e: &dyn std::fmt::Display| IngestError::Config(format!("--metrics-file {}: {e}", path.display()));
+    let finished = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let text = inferlog_ingest::dlq_replay_metrics::render(summary, finished).map_err(|e| failed(&e))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| failed(&e))?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|e| failed(&e))?;
+    file.persist(path).map_err(|e| failed(&e))?;
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -155,9 +177,9 @@ fn main() -> ExitCode {
         Some(Command::Dlq { action: DlqAction::Inspect { from, to, format } }) => {
             return inferlog_store::cli::run("dlq inspect", inspect(config, Window { from_ms: from, to_ms: to }, format));
         }
-        Some(Command::Dlq { action: DlqAction::Replay { reasons, from, to, dry_run, batch, format } }) => {
+        Some(Command::Dlq { action: DlqAction::Replay { reasons, from, to, dry_run, batch, format, metrics_file } }) => {
             let options = dlq_replay::Options { reasons, window: Window { from_ms: from, to_ms: to }, dry_run, batch: batch as usize };
-            return inferlog_store::cli::run("dlq replay", replay(config, options, format));
+            return inferlog_store::cli::run("dlq replay", replay(config, options, format, metrics_file));
         }
         None => {}
     }
