@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use inferlog_schema::generate::{GeneratedEvent, Generator, GeneratorConfig};
+use inferlog_schema::timestamp::MS_PER_DAY;
 use inferlog_schema::ReasonCode;
 use sha2::{Digest, Sha256};
 
@@ -52,8 +53,23 @@ pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Waits, if need be, until the clock is clear of UTC midnight: from five
+/// minutes before it to two minutes after. A test places its events by
+/// "today", runs binaries that close "yesterday" by the wall clock and
+/// generates events ending a minute ago; one that starts in that window
+/// would see the day change under it. Called where a scenario starts.
+pub fn clear_of_midnight() {
+    const BEFORE_MS: i64 = 5 * 60_000;
+    const AFTER_MS: i64 = 2 * 60_000;
+    let near = || !(AFTER_MS..MS_PER_DAY - BEFORE_MS).contains(&now_ms().rem_euclid(MS_PER_DAY));
+    if near() {
+        wait_for(Duration::from_millis((BEFORE_MS + AFTER_MS + 60_000) as u64), || !near(), || "the clock did not move past midnight".into());
+    }
+}
+
 /// Generated events ending now (so they pass ingest's time bounds), over `days` ≤ 7.
 pub fn generate(count: usize, invalid_ratio: f64, seed: u64, days: u32) -> Vec<GeneratedEvent> {
+    clear_of_midnight();
     // End a minute ago: nothing is "in the future" when ingest reads it.
     let end_ms = now_ms() - 60_000;
     Generator::new(GeneratorConfig { seed, days, end_ms, invalid_ratio }).take(count).collect()

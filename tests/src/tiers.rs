@@ -55,6 +55,7 @@ impl TierScenario {
 
     /// Like [`TierScenario::new`], with `cold_extra` added to the `[cold]` table.
     pub fn with(name: &str, cold_extra: &str, extra: &str) -> TierScenario {
+        crate::clear_of_midnight();
         let id = unique(name).to_ascii_lowercase();
         let dir = tempfile::Builder::new().prefix(&format!("inferlog-{id}-")).tempdir().expect("temp dir");
         let s = TierScenario {
@@ -69,7 +70,7 @@ impl TierScenario {
             "[clickhouse]\nurl = \"{}\"\ndatabase = \"inferlog_test\"\ntable = \"{}\"\nrejects_table = \"{}_rejects\"\n\n\
              [postgres]\nurl = \"{}\"\nschema = \"{}\"\n\n\
              [cold]\nurl = \"s3://inferlog-cold/{}\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n{cold_extra}\n\
-             [compactor]\nmetrics_addr = \"\"\nlateness = \"1h\"\n\n{extra}\n",
+             [compactor]\nmetrics_addr = \"\"\nlateness = \"1s\"\n\n{extra}\n",
             clickhouse_url(),
             s.table,
             s.id,

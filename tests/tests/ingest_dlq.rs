@@ -487,7 +487,7 @@ fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
     let events: Vec<GeneratedEvent> = Generator::new(GeneratorConfig { seed: 3303, days: 1, end_ms, invalid_ratio: 0.0 }).take(1_500).collect();
     let id = inferlog_tests::unique("replayold").to_ascii_lowercase();
     let extra = format!(
-        "[cold]\nurl = \"s3://inferlog-cold/{id}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1h\"\n",
+        "[cold]\nurl = \"s3://inferlog-cold/{id}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1s\"\n",
         inferlog_tests::tiers::s3_endpoint()
     );
     // Events of ten days ago pass (max_event_age 30 days); the compactor
