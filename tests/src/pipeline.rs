@@ -103,15 +103,36 @@ impl Pipeline {
 
     /// Everything the contract promises once the pipeline has run to the end
     /// (ingest drained, every closed day compacted, retention enforced at
-    /// [`Pipeline::later`]).
-    pub fn reconcile(&self, events: &[GeneratedEvent]) {
+    /// [`Pipeline::later`]); `replayed`: the DLQ replay run before the
+    /// compactor, if any.
+    pub fn reconcile(&self, events: &[GeneratedEvent], replayed: Option<&Replayed>) {
         let s = &self.tiers;
         let valid = normalized(events);
         let rejected = events.len() - valid.len();
+        // The refused events the fixed contract accepts, computed from the
+        // input: each must be stored once, like a live event.
+        let recovered: Vec<InferenceEvent> = replayed.map_or_else(Vec::new, |r| {
+            let contract = Contract::new(&r.contract).expect("fixed contract");
+            let hasher = UserIdHasher::new(HASH_KEY.as_bytes(), None, "test").expect("hasher");
+            events
+                .iter()
+                .filter(|e| e.expected == Some(r.reason))
+                .map(|e| contract.normalize(&e.line, None, &hasher).expect("the fixed contract accepts a replayed event").event)
+                .collect()
+        });
+        let still_invalid = rejected - recovered.len();
+        if replayed.is_some() {
+            assert!(!recovered.is_empty(), "the input holds events for the replay");
+            assert_eq!(
+                s.psql("SELECT count(*) FROM dlq_replayed WHERE state = 'stored'"),
+                recovered.len().to_string(),
+                "the replay ledger holds each recovered event once, stored"
+            );
+        }
 
-        // Where each valid event should be: by its UTC day.
+        // Where each stored event should be: by its UTC day.
         let mut by_day: BTreeMap<i32, Vec<&InferenceEvent>> = BTreeMap::new();
-        for e in &valid {
+        for e in valid.iter().chain(&recovered) {
             by_day.entry(e.timestamp_ms.div_euclid(MS_PER_DAY) as i32).or_default().push(e);
         }
         let released: Vec<i32> = by_day.keys().copied().filter(|d| *d < today()).collect();
@@ -164,8 +185,15 @@ impl Pipeline {
             assert!(dlq_messages.iter().any(|m| m["bytes"].as_u64().unwrap_or(0) > 65_536), "oversize messages reach the DLQ whole");
         }
 
-        // The reconciliation the contract promises.
-        assert_eq!(hot_rows + cold_rows + sources.len() as u64, events.len() as u64, "produced = hot + cold + DLQ");
+        // The reconciliation the contract promises: the DLQ keeps what a
+        // replay stored (nothing is deleted from it), so the events it still
+        // holds as invalid are its sources less the recovered ones.
+        assert_eq!(
+            hot_rows + cold_rows + (sources.len() - recovered.len()) as u64,
+            events.len() as u64,
+            "produced = hot + cold + DLQ still invalid ({still_invalid}; {} replayed into hot and cold)",
+            recovered.len()
+        );
 
         // No plaintext user id or PII in the DLQ (`dlq_payload = "redacted"`,
         // the default): payloads, keys and headers of every message, against
@@ -243,6 +271,14 @@ impl Pipeline {
         let audit = self.output("inferlog-retention", &["audit", "--now", &later], "audit.log");
         assert_eq!(audit.status.code(), Some(0), "audit at {later}: {}\n{}", String::from_utf8_lossy(&audit.stdout), s.log("audit.log"));
     }
+}
+
+/// A DLQ replay a test ran after fixing the config: the reason it replayed
+/// and the contract that now accepts those events.
+#[derive(Debug)]
+pub struct Replayed {
+    pub reason: ReasonCode,
+    pub contract: ContractConfig,
 }
 
 /// The valid generated events, normalized as ingest would (the hash key does

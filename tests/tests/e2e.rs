@@ -1,11 +1,15 @@
 //! End to end on the real services, no faults: 200,000 events, 1% of them
 //! bad (every rejection reason, malformed bytes, oversize messages, PII),
-//! produced to Kafka by the independent client, go through ingest, the
-//! compactor and retention; then [`Pipeline::reconcile`]: every event in
-//! exactly one tier, the DLQ reasons right, no plaintext user id or PII in
-//! any tier, aggregates equal to the input's figures, a clean audit.
+//! produced to Kafka by the independent client, go through ingest; the
+//! producers' unknown error code turns out to be real, so the dictionary
+//! learns it and `dlq replay` recovers those events; then the compactor and
+//! retention, and [`Pipeline::reconcile`]: every event in exactly one place
+//! (hot, cold, or still invalid in the DLQ), the DLQ reasons right, no
+//! plaintext user id or PII in any tier, aggregates equal to the input's
+//! figures, a clean audit.
 
-use inferlog_tests::pipeline::Pipeline;
+use inferlog_schema::{ContractConfig, ReasonCode};
+use inferlog_tests::pipeline::{Pipeline, Replayed};
 use inferlog_tests::{generate, produce, write_jsonl};
 
 #[test]
@@ -15,9 +19,27 @@ fn bad_input_at_volume_every_event_in_exactly_one_tier_no_plaintext_and_aggregat
     produce(&p.topic, &write_jsonl(p.tiers.dir.path(), &events));
 
     p.run_ok("inferlog-ingest", &["--exit-when-idle", "8s"], "ingest.log");
+
+    // The generator's unknown code (4242) is real after all: the dictionary
+    // learns it and the refused events come back from the DLQ.
+    let unknown = events.iter().filter(|e| e.expected == Some(ReasonCode::ErrorCodeUnknown)).count() as u64;
+    let config = std::fs::read_to_string(&p.tiers.config).expect("config");
+    std::fs::write(&p.tiers.config, format!("{config}\n[schema.error_codes]\n\"4242\" = \"gpu_xid_error\"\n")).expect("write config");
+    let out = p.output("inferlog-ingest", &["dlq", "replay", "--reason", "error_code.unknown", "--format", "json"], "replay.log");
+    assert_eq!(out.status.code(), Some(0), "{}", p.tiers.log("replay.log"));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("replay summary");
+    let line = summary["by_reason"].as_array().and_then(|l| l.iter().find(|l| l["reason"] == "error_code.unknown")).expect("the reason's line");
+    assert_eq!(
+        (line["selected"].as_u64(), line["replayed"].as_u64(), line["still_invalid"].as_u64()),
+        (Some(unknown), Some(unknown), Some(0)),
+        "{summary}"
+    );
+
     p.run_ok("inferlog-compactor", &["--once"], "compactor.log");
     // Three days on, the closed days are past the hot policy with verified archives.
     p.run_ok("inferlog-retention", &["enforce", "--now", &Pipeline::later()], "retention.log");
 
-    p.reconcile(&events);
+    let mut contract = ContractConfig::default();
+    contract.error_codes.insert("4242".into(), "gpu_xid_error".into());
+    p.reconcile(&events, Some(&Replayed { reason: ReasonCode::ErrorCodeUnknown, contract }));
 }

@@ -157,5 +157,5 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
         "the S3 outage made the compactor fail: {schedule:?}\ncompactor during the outage:\n{}",
         p.tiers.log("compactor-1.log")
     );
-    p.reconcile(&events);
+    p.reconcile(&events, None);
 }
