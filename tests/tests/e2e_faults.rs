@@ -93,7 +93,17 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     ingest = p.spawn("inferlog-ingest", &[], "ingest-2.log", &ingest_env);
     // A closed day has rows now: the compactor daemon's next pass fails on S3.
     // (Waited for, not assumed: ingest can outrun the daemon's interval.)
-    wait_for(Duration::from_secs(60), || p.tiers.psql(FAILED_ON_S3).parse::<u32>().unwrap_or(0) > 0, || p.tiers.log("compactor-1.log"));
+    // Counted when seen: each retry of the day clears `last_error` while it
+    // runs, so a later read can land between two attempts and see none.
+    let mut failed = 0u32;
+    wait_for(
+        Duration::from_secs(60),
+        || {
+            failed = p.tiers.psql(FAILED_ON_S3).parse().unwrap_or(0);
+            failed > 0
+        },
+        || format!("the S3 outage made no compactor pass fail:\n{}", p.tiers.log("compactor-1.log")),
+    );
     // The last third arrives while ClickHouse is down: ingest holds it,
     // retries, and resumes by itself.
     wait_ingested(&p, rng.gen_range(35_000..55_000), "ingest-2.log");
@@ -109,7 +119,6 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     // The compactor daemon never got an archive out: kill it, bring S3
     // back, and kill a compactor mid-day at a random recorded state.
     kill_9(&mut compactor);
-    let failed = p.tiers.psql(FAILED_ON_S3);
     schedule.push(format!("kill -9 compactor daemon ({failed} days failed on S3)"));
     services("start-s3");
     let step = *["archiving", "archived", "verified", "aggregated"].choose(&mut rng).expect("a step");
@@ -152,10 +161,5 @@ fn kills_and_restarts_of_every_component_and_server_lose_nothing() {
     {
         eprintln!("fault schedule: {schedule:?}");
     }
-    assert!(
-        failed.parse::<u32>().unwrap_or(0) > 0,
-        "the S3 outage made the compactor fail: {schedule:?}\ncompactor during the outage:\n{}",
-        p.tiers.log("compactor-1.log")
-    );
     p.reconcile(&events, None);
 }
