@@ -36,7 +36,12 @@ ch() { curl -sS --fail-with-body --data-binary "$1" "http://127.0.0.1:8123/?defa
 # without LTO, Cargo.toml) is the tests' profile: optimised, in about half
 # the release build's time.
 step "building inferlog (the ci profile) in the background: $work/build.log"
+# The crates download while Debian's build packages install (network and
+# dpkg, not CPU); the build starts when both are there.
+cargo fetch --locked --target "$(rustc -vV | sed -n "s/^host: //p")" > "$work/fetch.log" 2>&1 &
+fetch=$!
 deploy/local/services.sh build-deps
+wait "$fetch" || { cat "$work/fetch.log" >&2; echo "demo: cargo fetch failed" >&2; exit 75; }
 cargo build --profile ci --locked --bins > "$work/build.log" 2>&1 &
 build=$!
 trap 'kill "$build" 2>/dev/null || true' EXIT

@@ -4,14 +4,19 @@
 # from Maven Central), Postgres (Debian's; started if it is not running) and
 # SeaweedFS's S3 gateway (built from the Go module proxy), Prometheus
 # (Debian's, scraping ingest's /metrics, with deploy/prometheus's rules
-# loaded); Chromium for the report page's browser test. Installs what is
-# missing; idempotent; data and logs live under one directory
+# loaded); with `--tests`, Chromium for the report page's browser test.
+# Installs what is missing; idempotent; data and logs live under one directory
 # ($INFERLOG_LOCAL_DIR, default .inferlog/local), the Kafka jars and the
 # SeaweedFS binary in a machine-wide cache ($INFERLOG_TOOLS_DIR, default
 # /var/cache/inferlog-tools) shared by every checkout.
 #
 #   deploy/local/services.sh up       install what is missing, start what is not running
 #   deploy/local/services.sh up --otel  also build (once) and start the OpenTelemetry Collector
+#   deploy/local/services.sh up --cluster  also ZooKeeper and a local ClickHouse cluster (2 shards × 2
+#                                       replicas: s1r1 s1r2 s2r1 s2r2, HTTP 8131-8134, native 9131-9134)
+#   deploy/local/services.sh stop-node|kill-node|start-node NAME, stop-zookeeper|start-zookeeper
+#   deploy/local/services.sh up --tests also install what only the tests use (Chromium and its
+#                                       font, Python's websocket-client and pillow); flags combine
 #   deploy/local/services.sh otelcol-bin  build the Collector if missing; print its path
 #   deploy/local/services.sh down     stop what this script started (not Postgres)
 #   deploy/local/services.sh status   what runs where
@@ -180,11 +185,18 @@ install() {
   if [ -n "$with_otel" ] && [ ! -x "$otelcol" ]; then build_otelcol & otel_build=$!; fi
   build_deps
   apt_install clickhouse-server clickhouse-client postgresql openssl default-jre-headless maven prometheus
-  # The report page's browser test (headless Chromium over the DevTools protocol) and its font.
-  apt_install chromium fonts-dejavu-core
-  python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3, websocket-client, pillow)"; python3 -m pip install -q confluent-kafka pyarrow boto3 websocket-client pillow >/dev/null; }
-import confluent_kafka, pyarrow, boto3, websocket, PIL  # noqa: F401
+  python3 - <<'PY' 2>/dev/null || { log "installing Python packages (confluent-kafka, pyarrow, boto3)"; python3 -m pip install -q confluent-kafka pyarrow boto3 >/dev/null; }
+import confluent_kafka, pyarrow, boto3  # noqa: F401
 PY
+  # Only the tests use these (the demo does not): the report page's browser
+  # test drives headless Chromium over the DevTools protocol and compares
+  # screenshots. Chromium is the largest download of a first `up`.
+  if [ -n "$with_tests" ]; then
+    apt_install chromium fonts-dejavu-core
+    python3 - <<'PY' 2>/dev/null || { log "installing Python packages (websocket-client, pillow)"; python3 -m pip install -q websocket-client pillow >/dev/null; }
+import websocket, PIL  # noqa: F401
+PY
+  fi
   # The OpenTelemetry Python SDK: the OTLP test emits spans with it, as vLLM does.
   if [ -n "$with_otel" ]; then
     python3 - <<'PY' 2>/dev/null || { log "installing Python packages (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"; python3 -m pip install -q opentelemetry-sdk opentelemetry-exporter-otlp-proto-http >/dev/null; }
@@ -270,6 +282,135 @@ start_clickhouse() {
       --pid-file="$dir/clickhouse.pid" --daemon) >>"$dir/clickhouse.out" 2>&1
   for _ in $(seq 1 150); do curl -fsS "http://127.0.0.1:$CH_HTTP_PORT/ping" >/dev/null 2>&1 && return 0; sleep 0.2; done
   log "ClickHouse did not start; see $dir/clickhouse.err.log"; return 1
+}
+
+# --- The local ClickHouse cluster (`up --cluster`) -------------------------
+# ZooKeeper (Debian's `zookeeper`, standalone, on 127.0.0.1:$ZK_PORT) and
+# four ClickHouse servers, cluster `inferlog`: 2 shards × 2 replicas, each
+# server with its own data directory, ports, `macros` (shard, replica) and
+# the cluster's `remote_servers`, beside the single server of `up`.
+ZK_PORT=${INFERLOG_ZOOKEEPER_PORT:-2181}
+# name shard http tcp interserver
+CLUSTER_NODES=("s1r1 1 8131 9131 9231" "s1r2 1 8132 9132 9232" "s2r1 2 8133 9133 9233" "s2r2 2 8134 9134 9234")
+
+start_zookeeper() {
+  port_open "$ZK_PORT" && return 0
+  local z=$dir/zookeeper
+  mkdir -p "$z/data" "$z/conf"
+  # A short tick: sessions of ClickHouse's replicas expire in seconds, so a
+  # test that stops ZooKeeper sees the tables turn read-only and come back.
+  cat > "$z/conf/zoo.cfg" <<CFG
+tickTime=500
+initLimit=10
+syncLimit=5
+dataDir=$z/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr
+CFG
+  log "starting ZooKeeper on 127.0.0.1:$ZK_PORT"
+  nohup java -Xmx256m -cp "$z/conf:/usr/share/java/zookeeper.jar" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$z/conf/zoo.cfg" >>"$dir/zookeeper.log" 2>&1 &
+  echo $! > "$dir/zookeeper.pid"
+  wait_port "$ZK_PORT" zookeeper 60
+}
+
+stop_zookeeper() {
+  stop_pidfile "$dir/zookeeper.pid" zookeeper
+  stop_by_pattern "$ZK_PORT" "QuorumPeerMain $dir/zookeeper" zookeeper
+}
+
+# The cluster as ClickHouse's `remote_servers` wants it: each shard's
+# replicas, `internal_replication` on (a write goes to one replica of a
+# shard and the replicated table copies it to the others).
+cluster_remote_servers() {
+  local shard
+  echo "<inferlog>"
+  for shard in 1 2; do
+    echo "  <shard><internal_replication>true</internal_replication>"
+    for node in "${CLUSTER_NODES[@]}"; do
+      set -- $node
+      [ "$2" = "$shard" ] && echo "    <replica><host>127.0.0.1</host><port>$4</port></replica>"
+    done
+    echo "  </shard>"
+  done
+  echo "</inferlog>"
+}
+
+cluster_node_config() { # name shard http tcp interserver
+  local d=$dir/cluster/$1
+  mkdir -p "$d/data" "$d/tmp" "$d/user_files" "$d/format_schemas"
+  sed -e "s#/var/lib/clickhouse/tmp/#$d/tmp/#; s#/var/lib/clickhouse/user_files/#$d/user_files/#" \
+      -e "s#/var/lib/clickhouse/format_schemas/#$d/format_schemas/#; s#<path>/var/lib/clickhouse/</path>#<path>$d/data/</path>#" \
+      -e "s#/var/log/clickhouse-server/clickhouse-server.log#$d/clickhouse.log#" \
+      -e "s#/var/log/clickhouse-server/clickhouse-server.err.log#$d/clickhouse.err.log#" \
+      -e "s#<listen_host>::1</listen_host>##" \
+      -e "s#<http_port>8123</http_port>#<http_port>$3</http_port>#; s#<tcp_port>9000</tcp_port>#<tcp_port>$4</tcp_port>#" \
+      -e "s#<interserver_http_port>9009</interserver_http_port>#<interserver_http_port>$5</interserver_http_port><interserver_http_host>127.0.0.1</interserver_http_host>#" \
+      -e "s#<yandex>#<yandex><include_from>$d/metrika.xml</include_from>#" \
+      /etc/clickhouse-server/config.xml > "$d/config.xml"
+  cp /etc/clickhouse-server/users.xml "$d/users.xml"
+  cat > "$d/metrika.xml" <<XML
+<yandex>
+  <clickhouse_remote_servers>
+$(cluster_remote_servers)
+  </clickhouse_remote_servers>
+  <zookeeper-servers>
+    <node><host>127.0.0.1</host><port>$ZK_PORT</port></node>
+    <session_timeout_ms>6000</session_timeout_ms>
+  </zookeeper-servers>
+  <macros><cluster>inferlog</cluster><shard>0$2</shard><replica>$1</replica></macros>
+</yandex>
+XML
+}
+
+start_cluster_node() { # name shard http tcp interserver
+  curl -fsS "http://127.0.0.1:$3/ping" >/dev/null 2>&1 && return 0
+  local d=$dir/cluster/$1
+  log "starting ClickHouse $1 (shard $2) on 127.0.0.1:$3 (HTTP) and :$4 (native)"
+  cluster_node_config "$@"
+  (cd "$d" && clickhouse-server --config-file="$d/config.xml" --pid-file="$d/clickhouse.pid" --daemon) >>"$d/clickhouse.out" 2>&1
+}
+
+wait_cluster_node() { # name shard http ...
+  for _ in $(seq 1 150); do curl -fsS "http://127.0.0.1:$3/ping" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  log "ClickHouse $1 did not start; see $dir/cluster/$1/clickhouse.err.log"; return 1
+}
+
+stop_cluster_node() { # name shard http tcp
+  stop_pidfile "$dir/cluster/$1/clickhouse.pid" "clickhouse $1"
+  stop_by_pattern "$3" "clickhouse-server --config-file=$dir/cluster/$1/config.xml" "clickhouse $1"
+}
+
+# `kill -9` of one node (a test's fault), by name.
+kill_cluster_node() {
+  local pidfile=$dir/cluster/$1/clickhouse.pid
+  [ -f "$pidfile" ] || { log "no pid file for $1"; return 1; }
+  kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+  rm -f "$pidfile"
+}
+
+cluster_node() { # name -> its line of CLUSTER_NODES
+  local node
+  for node in "${CLUSTER_NODES[@]}"; do
+    case "$node" in "$1 "*) echo "$node"; return 0 ;; esac
+  done
+  log "no cluster node $1 (known: s1r1 s1r2 s2r1 s2r2)"; return 2
+}
+
+start_cluster() {
+  apt_install zookeeper
+  start_zookeeper
+  local node
+  for node in "${CLUSTER_NODES[@]}"; do start_cluster_node $node; done
+  for node in "${CLUSTER_NODES[@]}"; do wait_cluster_node $node; done
+}
+
+stop_cluster() {
+  local node
+  for node in "${CLUSTER_NODES[@]}"; do stop_cluster_node $node; done
+  stop_zookeeper
 }
 
 stop_pidfile() { # pidfile name
@@ -516,6 +657,14 @@ status() {
   if curl -fsS "http://127.0.0.1:$CH_HTTP_PORT/ping" >/dev/null 2>&1; then
     show clickhouse "http://127.0.0.1:$CH_HTTP_PORT tcp:$CH_TCP_PORT" "up ($(curl -fsS "http://127.0.0.1:$CH_HTTP_PORT/?query=SELECT%20version()"))"
   else show clickhouse "http://127.0.0.1:$CH_HTTP_PORT" down; ok=1; fi
+  if [ -d "$dir/cluster" ] || port_open "$ZK_PORT"; then
+    if port_open "$ZK_PORT"; then show zookeeper "127.0.0.1:$ZK_PORT" up; else show zookeeper "127.0.0.1:$ZK_PORT" "down (up --cluster starts it)"; fi
+    for node in "${CLUSTER_NODES[@]}"; do
+      set -- $node
+      if curl -fsS "http://127.0.0.1:$3/ping" >/dev/null 2>&1; then show "ch-$1" "http://127.0.0.1:$3 tcp:$4" "up (cluster inferlog, shard $2)"
+      else show "ch-$1" "http://127.0.0.1:$3" down; fi
+    done
+  fi
   if port_open $KAFKA_PORT; then show kafka "127.0.0.1:$KAFKA_PORT sasl_ssl:$KAFKA_SASL_PORT" "up (Apache Kafka $KAFKA_VERSION, pid $(cat "$dir/kafka.pid" 2>/dev/null || echo '?'))"
   else show kafka "127.0.0.1:$KAFKA_PORT" down; ok=1; fi
   if pg_isready -q -h 127.0.0.1 -p $PG_PORT 2>/dev/null; then show postgres "127.0.0.1:$PG_PORT" up
@@ -531,7 +680,16 @@ status() {
 }
 
 with_otel=""
-[ "${2:-}" = "--otel" ] && with_otel=1
+with_tests=""
+with_cluster=""
+if [ "${1:-}" = up ]; then for flag in "${@:2}"; do
+  case "$flag" in
+    --otel) with_otel=1 ;;
+    --tests) with_tests=1 ;;
+    --cluster) with_cluster=1 ;;
+    *) log "unknown flag $flag (known: --otel, --tests, --cluster)"; exit 2 ;;
+  esac
+done; fi
 
 case "${1:-}" in
   up)
@@ -539,6 +697,7 @@ case "${1:-}" in
     install
     start_postgres
     start_clickhouse
+    [ -z "$with_cluster" ] || start_cluster
     start_kafka
     kafka_user
     wait_seaweedfs
@@ -559,11 +718,18 @@ case "${1:-}" in
     stop_kafka TERM
     stop_s3
     stop_clickhouse
+    stop_cluster
     ;;
   status) status ;;
   otelcol-bin) build_otelcol >&2 && echo "$otelcol" ;;
   build-deps) build_deps ;;
   stop-clickhouse) stop_clickhouse ;;
+  # The cluster's faults, by node name (s1r1 s1r2 s2r1 s2r2).
+  stop-node) node=$(cluster_node "${2:-}") || exit 2; stop_cluster_node $node ;;
+  kill-node) cluster_node "${2:-}" >/dev/null || exit 2; kill_cluster_node "$2" ;;
+  start-node) node=$(cluster_node "${2:-}") || exit 2; start_cluster_node $node; wait_cluster_node $node ;;
+  stop-zookeeper) stop_zookeeper ;;
+  start-zookeeper) start_zookeeper ;;
   start-clickhouse) start_clickhouse ;;
   restart-clickhouse) stop_clickhouse; start_clickhouse ;;
   restart-postgres) restart_postgres ;;

@@ -17,12 +17,17 @@ FEATURES=(--profile ci --locked --workspace --features inferlog-store/test-hooks
 # The build runs while the services start (on a fresh machine: install);
 # its log is .inferlog/build.log, with --timings' report beside the build.
 mkdir -p .inferlog
+# The crates download while Debian's build packages install.
+cargo fetch --locked --target "$(rustc -vV | sed -n "s/^host: //p")" > .inferlog/fetch.log 2>&1 &
+fetch=$!
 deploy/local/services.sh build-deps
+wait "$fetch" || { cat .inferlog/fetch.log >&2; echo "test.sh: cargo fetch failed" >&2; exit 75; }
 cargo build "${FEATURES[@]}" --bins --tests --timings > .inferlog/build.log 2>&1 &
 build=$!
 trap 'kill "$build" 2>/dev/null || true' EXIT
-# --otel: the OpenTelemetry Collector (built once) and its Python SDK, for tests/tests/otlp.rs.
-deploy/local/services.sh up --otel
+# --otel: the OpenTelemetry Collector (built once) and its Python SDK, for
+# tests/tests/otlp.rs; --tests: Chromium for the report page's browser test.
+deploy/local/services.sh up --otel --tests
 if ! wait "$build"; then
   cat .inferlog/build.log
   echo "test.sh: the build failed" >&2
