@@ -20,6 +20,7 @@ was not delivered, and fails if the broker still does not deliver it.
                                                  creates or updates a SCRAM-SHA-512 user
   kafkatool.py deny-write --user U --prefix P    lets U do anything on topics named P* but write
   kafkatool.py delete-topics TOPIC...            deletes topics
+  kafkatool.py delete-records --topic T          deletes every message T holds (as its retention would)
   kafkatool.py produce --topic T --key-bytes N FILE
                                                  keys every message with N bytes instead of its request_id
   kafkatool.py produce --topic T --timestamp-ms MS FILE
@@ -236,6 +237,16 @@ def describe_config(args):
         print(json.dumps({k: e.value for k, e in sorted(entries.items()) if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}))
 
 
+def delete_records(args):
+    """Deletes every message of the topic (DeleteRecords up to each partition's
+    high watermark), as retention.ms does once they expire."""
+    from confluent_kafka import OFFSET_END
+    admin = AdminClient({"bootstrap.servers": brokers(args)})
+    partitions = admin.list_topics(args.topic, timeout=10).topics[args.topic].partitions
+    for future in admin.delete_records([TopicPartition(args.topic, p, OFFSET_END) for p in partitions]).values():
+        future.result()
+
+
 def committed(args):
     """The group's committed offset of every partition of the topic (-1001: none)."""
     consumer = Consumer({"bootstrap.servers": brokers(args), "group.id": args.group, "enable.auto.commit": False})
@@ -347,6 +358,9 @@ def main():
     c.add_argument("--user", required=True)
     c.add_argument("--prefix", required=True)
     c.set_defaults(func=deny_write)
+    c = sub.add_parser("delete-records")
+    c.add_argument("--topic", required=True)
+    c.set_defaults(func=delete_records)
     c = sub.add_parser("delete-topics")
     c.add_argument("topics", nargs="+")
     c.set_defaults(func=delete_topics)

@@ -128,6 +128,20 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> A
         );
     }
 
+    // Ingest's replay log: one unit per day its entries were written, under the hot policy.
+    let replay_log_days: Vec<Day> = inventory.replay_log.iter().map(|p| p.day).collect();
+    for p in inventory.replay_log.iter().filter(|p| policies.hot_days.expired(p.day, today)) {
+        v(
+            "replay_log",
+            day_string(p.day),
+            "expired.present",
+            format!(
+                "{} replay log entries written past the {} policy; enforce drops them once the group committed past them",
+                p.rows, policies.hot_days
+            ),
+        );
+    }
+
     // Aggregates: one unit per day.
     let aggregate_days: Vec<Day> = inventory.aggregate_days.keys().copied().collect();
     for (day, rows) in inventory.aggregate_days.iter().filter(|(d, _)| policies.aggregate_days.expired(**d, today)) {
@@ -245,6 +259,7 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> A
     // Deletions the audit table records must have happened.
     let hot_present: BTreeSet<String> = inventory.hot.iter().map(|p| day_string(p.day)).collect();
     let rejects_present: BTreeSet<String> = inventory.rejects.iter().map(|p| day_string(p.day)).collect();
+    let replay_log_present: BTreeSet<String> = inventory.replay_log.iter().map(|p| day_string(p.day)).collect();
     let aggregates_present: BTreeSet<String> = inventory.aggregate_days.keys().map(|d| day_string(*d)).collect();
     for d in &inventory.deletions {
         let present = match d.tier.as_str() {
@@ -252,6 +267,7 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> A
             "hot" if d.action == "erase_rows" => false,
             "hot" => hot_present.contains(&d.unit),
             "rejects" => rejects_present.contains(&d.unit),
+            "replay_log" => replay_log_present.contains(&d.unit),
             "aggregates" => aggregates_present.contains(&d.unit),
             // A superseded object's key may be written again by a later
             // archive of its day: then the manifest lists it, and it is new.
@@ -260,13 +276,18 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> A
                 listed.contains(d.unit.as_str()) && !manifested.contains(d.unit.as_str())
             }
             "cold" => listed.contains(d.unit.as_str()),
+            // The unit is the cut-off: no stored entry older than it may remain.
+            "dlq_ledger" => inferlog_schema::timestamp::parse_rfc3339_ms(&d.unit)
+                .is_ok_and(|cutoff| inventory.ledger_oldest.is_some_and(|oldest| oldest < cutoff)),
             _ => false,
         };
         if present {
             let tier = match d.tier.as_str() {
                 "hot" => "hot",
                 "rejects" => "rejects",
+                "replay_log" => "replay_log",
                 "aggregates" => "aggregates",
+                "dlq_ledger" => "dlq_ledger",
                 _ => "cold",
             };
             v(tier, d.unit.clone(), "deleted.still_present", "the audit table records its deletion, the data is still there".into());
@@ -278,6 +299,7 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> A
         tiers: vec![
             tier_report("hot", policies.hot_days, &hot_days, today),
             tier_report("rejects", policies.hot_days, &reject_days, today),
+            tier_report("replay_log", policies.hot_days, &replay_log_days, today),
             tier_report("aggregates", policies.aggregate_days, &aggregate_days, today),
             tier_report("cold", policies.cold_days, &cold_days, today),
         ],

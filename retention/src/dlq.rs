@@ -73,6 +73,31 @@ pub struct DlqTopic {
     pub oldest: Result<BTreeMap<i32, Option<i64>>, String>,
     /// What ingest writes there (`[kafka] dlq_payload`).
     pub payload: DlqPayload,
+    /// When the read of the oldest messages began (epoch ms): a message
+    /// produced after it carries a later timestamp.
+    pub read_at_ms: i64,
+}
+
+/// How much earlier than the DLQ topic's oldest message a replay ledger
+/// entry must have been written before retention prunes it: the ledger's
+/// times are Postgres's clock, a message's timestamp its producer's.
+pub const LEDGER_MARGIN_MS: i64 = 3_600_000;
+
+impl DlqTopic {
+    /// The time (epoch ms) before which a stored replay ledger entry stands
+    /// for a message this topic no longer holds: its oldest message (the
+    /// read's start for an empty partition) less [`LEDGER_MARGIN_MS`].
+    /// A replay reads a message before it records it, so the entry of a
+    /// message still held was written after that message's timestamp,
+    /// which is not before its partition's first message's: ingest, the
+    /// DLQ's producer, stamps create times in the order it appends (the
+    /// margin covers members' clocks apart). `None` when the oldest
+    /// messages could not be read.
+    pub fn ledger_cutoff(&self) -> Option<i64> {
+        let oldest = self.oldest.as_ref().ok()?;
+        let first = oldest.values().map(|o| o.unwrap_or(self.read_at_ms)).min().unwrap_or(self.read_at_ms);
+        Some(first.min(self.read_at_ms) - LEDGER_MARGIN_MS)
+    }
 }
 
 fn admin(kafka: &KafkaConfig) -> Result<AdminClient<DefaultClientContext>, String> {
@@ -248,8 +273,9 @@ pub async fn search(kafka: &KafkaConfig, needles: Vec<String>) -> Result<BTreeMa
 
 /// The topic's settings and oldest messages.
 pub async fn inspect(kafka: &KafkaConfig) -> DlqTopic {
+    let read_at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let (settings, oldest) = tokio::join!(settings(kafka), oldest(kafka));
-    DlqTopic { topic: kafka.dlq_topic.clone(), settings, oldest, payload: kafka.dlq_payload }
+    DlqTopic { topic: kafka.dlq_topic.clone(), settings, oldest, payload: kafka.dlq_payload, read_at_ms }
 }
 
 #[cfg(test)]
@@ -261,6 +287,19 @@ mod tests {
     }
 
     const DAY: i64 = 86_400_000;
+
+    fn topic(oldest: Result<BTreeMap<i32, Option<i64>>, String>) -> DlqTopic {
+        DlqTopic { topic: "dlq".into(), settings: Err("unread".into()), oldest, payload: DlqPayload::Redacted, read_at_ms: 100 * DAY }
+    }
+
+    #[test]
+    fn the_ledger_cutoff_is_the_oldest_message_held_less_the_margin() {
+        let held = BTreeMap::from([(0, Some(40 * DAY)), (1, Some(30 * DAY)), (2, None)]);
+        assert_eq!(topic(Ok(held)).ledger_cutoff(), Some(30 * DAY - LEDGER_MARGIN_MS), "the oldest partition decides");
+        let empty = BTreeMap::from([(0, None), (1, None)]);
+        assert_eq!(topic(Ok(empty)).ledger_cutoff(), Some(100 * DAY - LEDGER_MARGIN_MS), "an empty topic: the read's start");
+        assert_eq!(topic(Err("broker down".into())).ledger_cutoff(), None, "unknown: prune nothing");
+    }
 
     #[test]
     fn a_message_lives_retention_plus_segment_and_for_ever_when_compacted() {

@@ -11,13 +11,21 @@
 //!   audit row is written before the drop, so a kill in between leaves a
 //!   partition the audit reports (`deleted.still_present`) and the next
 //!   run drops, never a drop no row records;
+//! - ingest's replay log: under the hot policy like the rejects log, and
+//!   only a day whose every entry is below the ingest group's committed
+//!   offsets ([`crate::offsets`]): an entry past them is still read by
+//!   the partition's next owner, so that day is refused, saying which;
 //! - aggregates: the day's rows and the audit row in one transaction;
 //! - cold: the object, then its manifest row and the audit row in one
 //!   transaction; a manifest row whose object is already gone is finished;
 //! - the DLQ topic: settings that let a message outlive the hot policy are
 //!   replaced by ones that fit ([`crate::dlq::target`]) with AlterConfigs,
 //!   audited once the broker accepted them; credentials without that right
-//!   make it a refusal that says what to set.
+//!   make it a refusal that says what to set;
+//! - the DLQ replay ledger: entries of replayed messages the DLQ topic no
+//!   longer holds ([`crate::dlq::DlqTopic::ledger_cutoff`]), audited
+//!   before they are deleted; they hold coordinates only, but no replay
+//!   can meet their messages again, so nothing keeps them.
 
 use inferlog_store::catalog::{date_of, AuditEntry};
 use inferlog_store::kafka::KafkaConfig;
@@ -30,7 +38,8 @@ use crate::inventory::{Inventory, Stores};
 
 /// Test hook ([`inferlog_store::test_hooks`]): `hot|aggregates|cold` stops
 /// after the first deletion in that tier, before its bookkeeping where
-/// there is any; `rejects` after the first audit row, before its drop.
+/// there is any; `rejects`, `replay_log` and `dlq_ledger` after the audit
+/// row, before the deletion.
 pub const PAUSE_ENV: &str = "INFERLOG_RETENTION_PAUSE_AFTER";
 
 async fn pause_point(tier: &str) {
@@ -97,6 +106,9 @@ pub async fn enforce(
     if let Some(action) = fit_dlq(stores, inventory, policies, kafka, dry_run).await? {
         actions.push(action);
     }
+    if let Some(action) = prune_ledger(stores, inventory, policies, dry_run).await? {
+        actions.push(action);
+    }
 
     // Hot: expired day partitions, only with a verified archive; and days
     // whose drop happened but whose bookkeeping did not (a kill in between).
@@ -144,6 +156,8 @@ pub async fn enforce(
         let outcome = if dry_run { Outcome::WouldDelete } else { Outcome::Deleted };
         actions.push(Action { tier: "rejects", unit: day_string(p.day), action: "drop_partition", rows: Some(p.rows), bytes: None, outcome });
     }
+
+    actions.extend(drop_replay_log(stores, inventory, policies, kafka, today, dry_run).await?);
 
     // Aggregates: expired days' rows.
     for (&day, &rows) in inventory.aggregate_days.iter().filter(|(d, _)| policies.aggregate_days.expired(**d, today)) {
@@ -221,6 +235,107 @@ async fn fit_dlq(
     };
     stores.catalog.audit(&entry).await.map_err(RetentionError::tier("aggregates"))?;
     Ok(Some(action(if dry_run { Outcome::WouldSet(to.describe()) } else { Outcome::Set(to.describe()) })))
+}
+
+/// Drops the replay log's expired days the ingest group has committed
+/// past, each audited before its drop (as the rejects log).
+async fn drop_replay_log(
+    stores: &Stores,
+    inventory: &Inventory,
+    policies: &RetentionConfig,
+    kafka: &KafkaConfig,
+    today: Day,
+    dry_run: bool,
+) -> Result<Vec<Action>, RetentionError> {
+    let mut actions = Vec::new();
+    let expired: Vec<_> = inventory.replay_log.iter().filter(|p| policies.hot_days.expired(p.day, today)).collect();
+    if expired.is_empty() {
+        return Ok(actions);
+    }
+    let mut reaches = Vec::with_capacity(expired.len());
+    for p in &expired {
+        reaches.push(stores.hot.replay_log_reach(p.day).await.map_err(RetentionError::tier("replay_log"))?);
+    }
+    let wanted: std::collections::BTreeSet<(String, i32)> = reaches.iter().flatten().map(|(t, p, _)| (t.clone(), *p)).collect();
+    let committed = crate::offsets::committed(kafka, wanted.into_iter().collect()).await;
+    for (p, reach) in expired.into_iter().zip(reaches) {
+        let unit = day_string(p.day);
+        let action =
+            |rows, outcome| Action { tier: "replay_log", unit: unit.clone(), action: "drop_partition", rows: Some(rows), bytes: None, outcome };
+        let ahead = match &committed {
+            Err(why) => Some(why.clone()),
+            Ok(committed) => reach.iter().find_map(|(topic, partition, last)| {
+                let next = committed.get(&(topic.clone(), *partition)).copied().flatten();
+                match next {
+                    Some(next) if (*last as i64) < next => None,
+                    Some(next) => Some(format!("{topic}/{partition}: an entry reaches offset {last}, group {} committed {next}", kafka.group_id)),
+                    None => {
+                        Some(format!("{topic}/{partition}: an entry reaches offset {last}, group {} has committed nothing there", kafka.group_id))
+                    }
+                }
+            }),
+        };
+        if let Some(why) = ahead {
+            actions.push(action(p.rows, Outcome::Refused(why)));
+            continue;
+        }
+        let entry = AuditEntry {
+            tier: "replay_log",
+            unit: unit.clone(),
+            action: "drop_partition",
+            rows: Some(p.rows),
+            bytes: Some(p.bytes),
+            policy: policies.hot_days.to_string(),
+            dry_run,
+            actor: "retention",
+            detail: Some(format!("{}.{}", stores.hot.database, inferlog_store::model::tables::replay_log_table(&stores.hot.table))),
+        };
+        stores.catalog.audit(&entry).await.map_err(RetentionError::tier("aggregates"))?;
+        if !dry_run {
+            pause_point("replay_log").await;
+            stores.hot.drop_replay_log_day(p.day).await.map_err(RetentionError::tier("replay_log"))?;
+        }
+        actions.push(action(p.rows, if dry_run { Outcome::WouldDelete } else { Outcome::Deleted }));
+    }
+    Ok(actions)
+}
+
+/// Deletes the replay ledger's stored entries of messages the DLQ topic no
+/// longer holds; the audit row (unit: the cut-off) comes first, so a kill
+/// in between leaves entries the audit reports and the next run deletes.
+async fn prune_ledger(stores: &Stores, inventory: &Inventory, policies: &RetentionConfig, dry_run: bool) -> Result<Option<Action>, RetentionError> {
+    let Some(cutoff) = inventory.dlq.ledger_cutoff() else { return Ok(None) };
+    match inventory.ledger_oldest {
+        Some(oldest) if oldest < cutoff => {}
+        _ => return Ok(None),
+    }
+    let catalog = &stores.catalog;
+    let rows = catalog.replay_stored_before(cutoff).await.map_err(RetentionError::tier("aggregates"))?;
+    let unit = inferlog_schema::timestamp::format_rfc3339_ms(cutoff);
+    let entry = AuditEntry {
+        tier: "dlq_ledger",
+        unit: unit.clone(),
+        action: "delete_entries",
+        rows: Some(rows),
+        bytes: None,
+        policy: policies.hot_days.to_string(),
+        dry_run,
+        actor: "retention",
+        detail: Some(format!(
+            "stored replay entries written before {unit}: {} h before the oldest message of DLQ topic {}",
+            crate::dlq::LEDGER_MARGIN_MS / 3_600_000,
+            inventory.dlq.topic
+        )),
+    };
+    catalog.audit(&entry).await.map_err(RetentionError::tier("aggregates"))?;
+    let rows = if dry_run {
+        rows
+    } else {
+        pause_point("dlq_ledger").await;
+        catalog.replay_prune(cutoff).await.map_err(RetentionError::tier("aggregates"))?
+    };
+    let outcome = if dry_run { Outcome::WouldDelete } else { Outcome::Deleted };
+    Ok(Some(Action { tier: "dlq_ledger", unit, action: "delete_entries", rows: Some(rows), bytes: None, outcome }))
 }
 
 async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig, dry_run: bool) -> Result<u64, StoreError> {

@@ -30,12 +30,17 @@ pub struct Inventory {
     pub hot: Vec<HotPartition>,
     /// Day partitions of the rejects log (kept under the hot policy).
     pub rejects: Vec<HotPartition>,
+    /// Day partitions of ingest's replay log, by the day its entries were
+    /// written (kept under the hot policy).
+    pub replay_log: Vec<HotPartition>,
     pub days: BTreeMap<Day, DayRecord>,
     pub manifest: Vec<ManifestEntry>,
     pub objects: Vec<ColdObject>,
     /// Rows of `daily_aggregates`, `hourly_aggregates` and `daily_errors`, per day.
     pub aggregate_days: BTreeMap<Day, u64>,
     pub deletions: Vec<Deletion>,
+    /// When the DLQ replay ledger's oldest stored entry was written (epoch ms); `None`: it holds none.
+    pub ledger_oldest: Option<i64>,
     pub dlq: DlqTopic,
 }
 
@@ -96,6 +101,7 @@ impl Inventory {
     pub async fn take(stores: &Stores, config: &Config) -> Result<Inventory, RetentionError> {
         let hot = stores.hot.partitions().await.map_err(RetentionError::tier("hot"))?;
         let rejects = stores.hot.reject_partitions().await.map_err(RetentionError::tier("rejects"))?;
+        let replay_log = stores.hot.replay_log_partitions().await.map_err(RetentionError::tier("replay_log"))?;
         let catalog = &stores.catalog;
         let agg = RetentionError::tier("aggregates");
         let days = catalog.days().await.map_err(agg)?.into_iter().map(|r| (r.day, r)).collect();
@@ -103,8 +109,9 @@ impl Inventory {
         let objects = stores.cold.list_all().await.map_err(RetentionError::tier("cold"))?;
         let aggregate_days = aggregate_days(catalog).await.map_err(RetentionError::tier("aggregates"))?;
         let deletions = deletions(catalog).await.map_err(RetentionError::tier("aggregates"))?;
+        let ledger_oldest = catalog.replay_oldest_stored().await.map_err(RetentionError::tier("aggregates"))?;
         let dlq = crate::dlq::inspect(&config.kafka).await;
-        Ok(Inventory { hot, rejects, days, manifest, objects, aggregate_days, deletions, dlq })
+        Ok(Inventory { hot, rejects, replay_log, days, manifest, objects, aggregate_days, deletions, ledger_oldest, dlq })
     }
 
     /// Whether the compactor holds a verified archive (and aggregates) of exactly the day's rows.

@@ -13,6 +13,7 @@ pub mod erase;
 pub mod error;
 pub mod inventory;
 pub mod metrics;
+pub mod offsets;
 
 pub use config::Config;
 pub use error::RetentionError;

@@ -138,6 +138,41 @@ impl Catalog {
         Ok(())
     }
 
+    /// When the oldest stored entry was written (epoch ms); `None` when
+    /// the ledger holds none. Retention's view of the ledger.
+    pub async fn replay_oldest_stored(&self) -> Result<Option<i64>, StoreError> {
+        sqlx::query_scalar("SELECT (extract(epoch FROM min(at)) * 1000)::bigint FROM dlq_replayed WHERE state = 'stored'")
+            .fetch_one(self.pool())
+            .await
+            .map_err(StoreError::postgres("replay ledger oldest"))
+    }
+
+    /// Stored entries written before `before_ms` (epoch ms): what
+    /// [`Catalog::replay_prune`] would delete.
+    pub async fn replay_stored_before(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM dlq_replayed WHERE state = 'stored' AND at < to_timestamp($1::double precision / 1000)")
+                .bind(before_ms)
+                .fetch_one(self.pool())
+                .await
+                .map_err(StoreError::postgres("replay ledger count"))?;
+        Ok(n as u64)
+    }
+
+    /// Deletes the stored entries written before `before_ms` (epoch ms),
+    /// and says how many. Only retention calls it, with a cut-off before
+    /// the DLQ topic's oldest message: an entry written then stands for a
+    /// message the topic no longer holds, so no replay can meet it again.
+    /// Pending entries stay: the next replay resolves them.
+    pub async fn replay_prune(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM dlq_replayed WHERE state = 'stored' AND at < to_timestamp($1::double precision / 1000)")
+            .bind(before_ms)
+            .execute(self.pool())
+            .await
+            .map_err(StoreError::postgres("replay ledger prune"))?;
+        Ok(done.rows_affected())
+    }
+
     /// Every pending entry, with its row's day: what killed replays left.
     pub async fn replay_pending_entries(&self) -> Result<Vec<(Coordinates, Day)>, StoreError> {
         let rows = sqlx::query("SELECT kafka_topic, kafka_partition, kafka_offset, kafka_index, day FROM dlq_replayed WHERE state = 'pending'")

@@ -75,6 +75,13 @@ struct PartitionRow {
     bytes: u64,
 }
 
+#[derive(Debug, Row, Deserialize)]
+struct Reach {
+    kafka_topic: String,
+    kafka_partition: u16,
+    last_offset: u64,
+}
+
 /// The hot table, for reading and releasing whole days.
 #[derive(Clone)]
 pub struct HotTier {
@@ -135,6 +142,32 @@ impl HotTier {
     pub async fn drop_rejects_day(&self, day: Day) -> Result<(), StoreError> {
         let sql = format!("ALTER TABLE {}.{} DROP PARTITION ?", self.database, self.rejects_table);
         self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("drop rejects partition"))
+    }
+
+    /// Every day partition of the replay log (`<table>_offsets`, by the
+    /// day its entries were written) with rows, oldest first.
+    pub async fn replay_log_partitions(&self) -> Result<Vec<HotPartition>, StoreError> {
+        self.partitions_of(&crate::model::tables::replay_log_table(&self.table)).await
+    }
+
+    /// Per topic partition, the highest offset the replay log's entries
+    /// written on `day` cover: a reader whose committed offset is past it
+    /// never reads them again.
+    pub async fn replay_log_reach(&self, day: Day) -> Result<Vec<(String, i32, u64)>, StoreError> {
+        let sql = format!(
+            "SELECT kafka_topic, kafka_partition, max(last_offset) AS last_offset FROM {}.{} WHERE day = toDate(?) \
+             GROUP BY kafka_topic, kafka_partition ORDER BY kafka_topic, kafka_partition",
+            self.database,
+            crate::model::tables::replay_log_table(&self.table)
+        );
+        let rows = self.client.query(&sql).bind(crate::day_string(day)).fetch_all::<Reach>().await.map_err(self.error("replay log reach"))?;
+        Ok(rows.into_iter().map(|r| (r.kafka_topic, i32::from(r.kafka_partition), r.last_offset)).collect())
+    }
+
+    /// Drops one day of the replay log (nothing to drop succeeds).
+    pub async fn drop_replay_log_day(&self, day: Day) -> Result<(), StoreError> {
+        let sql = format!("ALTER TABLE {}.{} DROP PARTITION ?", self.database, crate::model::tables::replay_log_table(&self.table));
+        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("drop replay log partition"))
     }
 
     async fn partitions_of(&self, table: &str) -> Result<Vec<HotPartition>, StoreError> {

@@ -540,3 +540,70 @@ fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
     let (_, again) = p.replay(&[], "again.log");
     assert_eq!((again["replayed"].as_u64(), again["already_stored"].as_u64()), (Some(0), Some(p.planted.len() as u64)));
 }
+
+/// The replay ledger leaves with the DLQ messages it stands for: retention
+/// keeps every stored entry while the DLQ topic still holds a message
+/// older than it (the entries were written two hours ago, the DLQ's
+/// oldest message is three hours old), deletes them once the topic holds none
+/// (an audit row first, the audit clean after), never touches a pending
+/// entry, and the audit reports an entry older than a recorded deletion.
+#[test]
+fn retention_prunes_the_replay_ledger_once_the_dlq_no_longer_holds_its_messages() {
+    let id = inferlog_tests::unique("ledger").to_ascii_lowercase();
+    let extra = format!(
+        "[cold]\nurl = \"s3://inferlog-cold/{id}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1s\"\n",
+        inferlog_tests::tiers::s3_endpoint()
+    );
+    let p = planted_run("ledger", generate(1_500, 0.0, 3304, 1), 25, "", &extra);
+    let s = &p.s;
+    let (code, summary) = p.replay(&[], "replay.log");
+    assert_eq!((code, summary["replayed"].as_u64()), (Some(0), Some(p.planted.len() as u64)), "{summary}");
+    let stored = p.planted.len();
+    assert!(stored > 10, "the run plants enough events: {stored}");
+
+    // Two hours pass: the entries were written then. A killed replay's pending entry of then, too.
+    p.psql("UPDATE dlq_replayed SET at = now() - interval '2 hours'");
+    p.psql("INSERT INTO dlq_replayed VALUES ('killed', 0, 7, 0, 0, 'pending', 'killed-run', now() - interval '2 hours')");
+    // The DLQ still holds a message refused three hours ago (first in its
+    // partition, as the oldest is): the entries of two hours ago may be its.
+    kafkatool(&["delete-records", "--topic", &s.dlq]);
+    let old = s.dir.path().join("old.jsonl");
+    std::fs::write(&old, "{\"request_id\":\"an-old-reject\"}\n").expect("write");
+    let three_hours_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64 - 3 * 3_600_000;
+    kafkatool(&["produce", "--topic", &s.dlq, "--timestamp-ms", &three_hours_ago.to_string(), old.to_str().expect("utf-8")]);
+    let run = |args: &[&str], log: &str| {
+        let out = std::process::Command::new(inferlog_tests::bin("inferlog-retention"))
+            .arg("--config")
+            .arg(&p.fixed)
+            .args(args)
+            .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .output()
+            .expect("run inferlog-retention");
+        std::fs::write(s.dir.path().join(log), &out.stderr).expect("log");
+        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let ledger = || p.psql("SELECT state, count(*) FROM dlq_replayed GROUP BY state ORDER BY state");
+    let (code, out) = run(&["enforce"], "enforce-1.log");
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(ledger(), format!("pending\t1\nstored\t{stored}"), "the DLQ still holds an older message: every entry stays\n{out}");
+
+    // That message expires too (DeleteRecords, as retention.ms would).
+    kafkatool(&["delete-records", "--topic", &s.dlq]);
+    let (code, out) = run(&["enforce"], "enforce-2.log");
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(ledger(), "pending\t1", "the stored entries are gone, the pending one stays\n{out}");
+    assert_eq!(
+        p.psql("SELECT action, rows, NOT dry_run FROM retention_audit WHERE tier = 'dlq_ledger'"),
+        format!("delete_entries\t{stored}\tt"),
+        "one audit row for the deletion"
+    );
+    let (code, out) = run(&["audit", "--format", "json"], "audit-1.log");
+    assert_eq!(code, Some(0), "the audit is clean: {out}");
+
+    // An entry older than the recorded deletion is a violation the audit names.
+    p.psql("INSERT INTO dlq_replayed VALUES ('left', 0, 9, 0, 0, 'stored', 'left-run', now() - interval '3 hours')");
+    let (code, out) = run(&["audit", "--format", "json"], "audit-2.log");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("\"dlq_ledger\"") && out.contains("deleted.still_present"), "{out}");
+}

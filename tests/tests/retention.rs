@@ -533,3 +533,65 @@ fn late_rows_on_a_released_day_are_archived_as_a_supplement_then_dropped_and_aud
     let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(0)], "enforce2.log");
     assert_eq!((code, stdout.trim()), (0, ""), "{}", s.log("enforce2.log"));
 }
+
+/// Ingest's replay log (`<table>_offsets`: per batch and partition, the
+/// offsets it covers) is a copy under the hot policy too. Its entries are
+/// read only past the group's committed offset, so enforce drops an
+/// expired day once the group committed past every entry of it (an audit
+/// row each), and refuses a day with an entry still ahead, naming it,
+/// until the group commits past it. (Entries written on old days by SQL,
+/// in the ingest DDL; the committed offsets by an independent client.)
+#[test]
+fn the_replay_log_is_dropped_past_the_hot_policy_once_the_group_committed_past_it() {
+    let id = inferlog_tests::unique("ret_replaylog");
+    let (topic, group, dlq) = (format!("{id}-events"), format!("{id}-group"), format!("{id}-dlq"));
+    kafkatool(&["create-topics", "--partitions", "1", &topic]);
+    kafkatool(&["create-topics", "--partitions", "1", "--config", &format!("retention.ms={SIX_DAYS_MS}"), "--config", "segment.ms=86400000", &dlq]);
+    let s = TierScenario::with(
+        "ret_replaylog",
+        "",
+        &format!(
+            "[kafka]\nbrokers = \"{}\"\ntopics = [\"{topic}\"]\ngroup_id = \"{group}\"\ndlq_topic = \"{dlq}\"\n\n[retention]\nhot_days = 7\naggregate_days = 20\ncold_days = 25\n",
+            kafka_brokers()
+        ),
+    );
+    let (database, table) = s.qualified_table().split_once('.').map(|(d, t)| (d.to_owned(), t.to_owned())).expect("database.table");
+    let log = inferlog_store::model::tables::replay_log_table(&table);
+    let version = inferlog_store::hot::parse_version(&inferlog_tests::clickhouse("SELECT version()"));
+    inferlog_tests::clickhouse(&inferlog_store::model::tables::REPLAY_LOG.ddl(&database, &log, version));
+    let t = today();
+    // Days t-10, t-9, t-8 and t-1, each with batches of 10 offsets: 100 offsets a day from 0.
+    for (i, day) in [t - 10, t - 9, t - 8, t - 1].into_iter().enumerate() {
+        inferlog_tests::clickhouse(&format!(
+            "INSERT INTO {database}.{log} (day, written_at, kafka_topic, kafka_partition, first_offset, last_offset, state, row_days, reject_days) \
+             SELECT toDate('{d}'), toDateTime(toDate('{d}')), '{topic}', 0, {base} + number * 10, {base} + number * 10 + 9, 1, [toDate('{d}')], [] \
+             FROM system.numbers LIMIT 10",
+            d = day_string(day),
+            base = i * 100
+        ));
+    }
+    let log_days = || inferlog_tests::clickhouse(&format!("SELECT toString(day) FROM {database}.{log} GROUP BY day ORDER BY day"));
+    let expired: Vec<(String, String, String)> =
+        ((t - 10)..=(t - 8)).map(|d| ("replay_log".to_owned(), day_string(d), "expired.present".to_owned())).collect();
+    let (code, report) = audit_json(&s, &at(0), "audit1.log");
+    assert_eq!((code, violations(&report)), (1, expired), "{report}");
+
+    // The group has read up to offset 250: t-10 (0..=99) and t-9 (100..=199) are behind it, t-8 (200..=299) is not.
+    kafkatool(&["commit", "--topic", &topic, "--group", &group, "--offset", "250"]);
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(0)], "enforce1.log");
+    assert_eq!(code, 1, "a refused day: {stdout}\n{}", s.log("enforce1.log"));
+    assert!(stdout.contains(&format!("{topic}/0: an entry reaches offset 299, group {group} committed 250")), "{stdout}");
+    assert_eq!(log_days(), format!("{}\n{}", day_string(t - 8), day_string(t - 1)), "exactly the days behind the group dropped");
+    assert_eq!(
+        s.psql("SELECT unit, rows FROM retention_audit WHERE tier = 'replay_log' AND NOT dry_run ORDER BY unit"),
+        format!("{}\t10\n{}\t10", day_string(t - 10), day_string(t - 9)),
+        "each drop audited with its entries"
+    );
+
+    kafkatool(&["commit", "--topic", &topic, "--group", &group, "--offset", "400"]);
+    let (code, stdout) = s.run("inferlog-retention", &["enforce", "--now", &at(0)], "enforce2.log");
+    assert_eq!(code, 0, "{stdout}\n{}", s.log("enforce2.log"));
+    assert_eq!(log_days(), day_string(t - 1), "within the policy: kept");
+    let (code, report) = audit_json(&s, &at(0), "audit2.log");
+    assert_eq!((code, violations(&report)), (0, vec![]), "{report}");
+}
