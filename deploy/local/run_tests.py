@@ -46,6 +46,8 @@ NEEDS = {
     "report": {"clickhouse", "postgres", "s3"},
     "rollups": {"clickhouse", "postgres", "s3"},
     "sampling": {"clickhouse", "postgres", "s3"},
+    # The local ClickHouse cluster (services.sh up --cluster), not the single server.
+    "cluster": {"cluster"},
     **{name: {"kafka", "clickhouse"} for name in
        ["ingest", "ingest_crash", "ingest_dlq", "ingest_rebalance", "ingest_startup", "ingest_clickhouse_outage",
         "service_metrics", "otlp"]},

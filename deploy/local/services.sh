@@ -294,7 +294,7 @@ ZK_PORT=${INFERLOG_ZOOKEEPER_PORT:-2181}
 CLUSTER_NODES=("s1r1 1 8131 9131 9231" "s1r2 1 8132 9132 9232" "s2r1 2 8133 9133 9233" "s2r2 2 8134 9134 9234")
 
 start_zookeeper() {
-  port_open "$ZK_PORT" && return 0
+  port_open "$ZK_PORT" && { wait_zookeeper; return; }
   local z=$dir/zookeeper
   mkdir -p "$z/data" "$z/conf"
   # A short tick: sessions of ClickHouse's replicas expire in seconds, so a
@@ -313,7 +313,20 @@ CFG
   nohup java -Xmx256m -cp "$z/conf:/usr/share/java/zookeeper.jar" \
     org.apache.zookeeper.server.quorum.QuorumPeerMain "$z/conf/zoo.cfg" >>"$dir/zookeeper.log" 2>&1 &
   echo $! > "$dir/zookeeper.pid"
-  wait_port "$ZK_PORT" zookeeper 60
+  wait_zookeeper
+}
+
+# Until ZooKeeper serves requests (its `srvr` answer has a Mode), not just
+# until its port opens: a ClickHouse server whose replicated tables find
+# no ZooKeeper at start refuses to start.
+wait_zookeeper() {
+  local answer
+  for _ in $(seq 1 300); do
+    answer=$( (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && echo srvr >&3 && timeout 2 cat <&3) 2>/dev/null || true)
+    case "$answer" in *Mode:*) return 0 ;; esac
+    sleep 0.2
+  done
+  log "ZooKeeper did not serve on 127.0.0.1:$ZK_PORT within 60 s; see $dir/zookeeper.log"; return 1
 }
 
 stop_zookeeper() {

@@ -26,8 +26,9 @@ cargo build "${FEATURES[@]}" --bins --tests --timings > .inferlog/build.log 2>&1
 build=$!
 trap 'kill "$build" 2>/dev/null || true' EXIT
 # --otel: the OpenTelemetry Collector (built once) and its Python SDK, for
-# tests/tests/otlp.rs; --tests: Chromium for the report page's browser test.
-deploy/local/services.sh up --otel --tests
+# tests/tests/otlp.rs; --tests: Chromium for the report page's browser test;
+# --cluster: ZooKeeper and the local ClickHouse cluster, for tests/tests/cluster.rs.
+deploy/local/services.sh up --otel --tests --cluster
 if ! wait "$build"; then
   cat .inferlog/build.log
   echo "test.sh: the build failed" >&2

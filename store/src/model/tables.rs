@@ -185,14 +185,52 @@ impl std::fmt::Display for Drift {
     }
 }
 
+/// A table's names on a ClickHouse cluster: each server holds the rows
+/// of its shard in `<table>_local` (replicated between the shard's
+/// replicas through ZooKeeper), and `<table>` is the `Distributed` table
+/// over every shard's, for reading.
+pub fn local_table(table: &str) -> String {
+    format!("{table}_local")
+}
+
 impl Shape {
     /// `CREATE TABLE IF NOT EXISTS` for `database.table` on a server of `version`.
     pub fn ddl(&self, database: &str, table: &str, version: (u32, u32)) -> String {
+        self.create(database, table, "", self.engine, version)
+    }
+
+    /// The DDL of the table on `cluster` (a `remote_servers` name whose
+    /// servers define the macros `{shard}` and `{replica}`), run once on
+    /// any of its servers: the shard-local table on every server, the
+    /// `Replicated` form of [`Shape::engine`] with its ZooKeeper path per
+    /// shard (`/clickhouse/tables/{shard}/<database>/<table>_local`, so
+    /// the replicas of a shard share it and the shards do not), the same
+    /// columns, partitions and key; then the `Distributed` table over
+    /// them. `ON CLUSTER`: each statement runs on every server.
+    pub fn cluster_ddl(&self, database: &str, table: &str, cluster: &str, version: (u32, u32)) -> [String; 2] {
+        let local = local_table(table);
+        let engine = self.replicated_engine(database, &local);
+        let on = format!(" ON CLUSTER {cluster}");
+        [
+            self.create(database, &local, &on, &engine, version),
+            format!("CREATE TABLE IF NOT EXISTS {database}.{table}{on} AS {database}.{local} ENGINE = Distributed({cluster}, {database}, {local})"),
+        ]
+    }
+
+    /// `ReplacingMergeTree()` → `ReplicatedReplacingMergeTree('<path>', '{replica}')`.
+    fn replicated_engine(&self, database: &str, local: &str) -> String {
+        let (name, args) = self.engine.split_once('(').unwrap_or((self.engine, ")"));
+        let args = args.trim_end_matches(')');
+        let path = format!("'/clickhouse/tables/{{shard}}/{database}/{local}', '{{replica}}'");
+        let args = if args.trim().is_empty() { path } else { format!("{path}, {args}") };
+        format!("Replicated{name}({args})")
+    }
+
+    fn create(&self, database: &str, table: &str, on_cluster: &str, engine: &str, version: (u32, u32)) -> String {
         let columns: Vec<String> = self.columns.iter().map(|c| format!("{} {}", c.name, self.type_on(c, version))).collect();
         format!(
-            "CREATE TABLE IF NOT EXISTS {database}.{table} (\n    {}\n) ENGINE = {}\nPARTITION BY {}\nORDER BY ({})",
+            "CREATE TABLE IF NOT EXISTS {database}.{table}{on_cluster} (\n    {}\n) ENGINE = {engine}\nPARTITION BY {}\nORDER BY ({})",
             columns.join(",\n    "),
-            self.engine,
             self.partition_by,
             self.order_by
         )
@@ -275,6 +313,22 @@ mod tests {
         assert_eq!(current.matches("LowCardinality(String)").count(), 3, "{current}");
         assert!(current.starts_with("CREATE TABLE IF NOT EXISTS d.t (\n    day Date,"), "{current}");
         assert!(current.ends_with("ORDER BY (business_line, model_name, model_version, event_time, request_id)"), "{current}");
+    }
+
+    #[test]
+    fn on_a_cluster_each_shape_is_a_replicated_local_table_and_a_distributed_one() {
+        let [local, distributed] = HOT.cluster_ddl("d", "t", "c", (18, 16));
+        let single = HOT.ddl("d", "t_local", (18, 16));
+        assert_eq!(
+            local,
+            single
+                .replace("d.t_local (", "d.t_local ON CLUSTER c (")
+                .replace("ReplacingMergeTree()", "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/d/t_local', '{replica}')"),
+            "the same columns, partitions and key as the single server's"
+        );
+        assert_eq!(distributed, "CREATE TABLE IF NOT EXISTS d.t ON CLUSTER c AS d.t_local ENGINE = Distributed(c, d, t_local)");
+        let [rejects, _] = REJECTS.cluster_ddl("d", "r", "c", (24, 8));
+        assert!(rejects.contains("ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/d/r_local', '{replica}')\n"), "{rejects}");
     }
 
     #[test]
