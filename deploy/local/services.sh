@@ -245,18 +245,25 @@ restart_postgres() {
   log "Postgres did not come back"; return 1
 }
 
-clickhouse_config() {
-  local d=$dir/clickhouse
+# Debian's config with every path moved under DIR, the logs to LOGS.log
+# and LOGS.err.log, listening on loopback only; then the sed expressions
+# given (`-e …`), into DIR/config.xml, beside Debian's users.xml.
+clickhouse_base_config() { # dir logs [-e expression]...
+  local d=$1 logs=$2
+  shift 2
   mkdir -p "$d/data" "$d/tmp" "$d/user_files" "$d/format_schemas"
-  # Debian's config with every path moved under $d, listening on loopback only.
   sed -e "s#/var/lib/clickhouse/tmp/#$d/tmp/#; s#/var/lib/clickhouse/user_files/#$d/user_files/#" \
       -e "s#/var/lib/clickhouse/format_schemas/#$d/format_schemas/#; s#<path>/var/lib/clickhouse/</path>#<path>$d/data/</path>#" \
-      -e "s#/var/log/clickhouse-server/clickhouse-server.log#$dir/clickhouse.log#" \
-      -e "s#/var/log/clickhouse-server/clickhouse-server.err.log#$dir/clickhouse.err.log#" \
+      -e "s#/var/log/clickhouse-server/clickhouse-server.log#$logs.log#" \
+      -e "s#/var/log/clickhouse-server/clickhouse-server.err.log#$logs.err.log#" \
       -e "s#<listen_host>::1</listen_host>##" \
-      -e "s#<interserver_http_port>9009</interserver_http_port>##" \
-      /etc/clickhouse-server/config.xml > "$d/config.xml"
+      "$@" /etc/clickhouse-server/config.xml > "$d/config.xml"
   cp /etc/clickhouse-server/users.xml "$d/users.xml"
+}
+
+clickhouse_config() {
+  local d=$dir/clickhouse
+  clickhouse_base_config "$d" "$dir/clickhouse" -e "s#<interserver_http_port>9009</interserver_http_port>##"
   # A user with Debian's "readonly" profile, for the test that ingest
   # without the right to create its tables exits 2 (merged into users.xml).
   mkdir -p "$d/users.d"
@@ -353,17 +360,10 @@ cluster_remote_servers() {
 
 cluster_node_config() { # name shard http tcp interserver
   local d=$dir/cluster/$1
-  mkdir -p "$d/data" "$d/tmp" "$d/user_files" "$d/format_schemas"
-  sed -e "s#/var/lib/clickhouse/tmp/#$d/tmp/#; s#/var/lib/clickhouse/user_files/#$d/user_files/#" \
-      -e "s#/var/lib/clickhouse/format_schemas/#$d/format_schemas/#; s#<path>/var/lib/clickhouse/</path>#<path>$d/data/</path>#" \
-      -e "s#/var/log/clickhouse-server/clickhouse-server.log#$d/clickhouse.log#" \
-      -e "s#/var/log/clickhouse-server/clickhouse-server.err.log#$d/clickhouse.err.log#" \
-      -e "s#<listen_host>::1</listen_host>##" \
+  clickhouse_base_config "$d" "$d/clickhouse" \
       -e "s#<http_port>8123</http_port>#<http_port>$3</http_port>#; s#<tcp_port>9000</tcp_port>#<tcp_port>$4</tcp_port>#" \
       -e "s#<interserver_http_port>9009</interserver_http_port>#<interserver_http_port>$5</interserver_http_port><interserver_http_host>127.0.0.1</interserver_http_host>#" \
-      -e "s#<yandex>#<yandex><include_from>$d/metrika.xml</include_from>#" \
-      /etc/clickhouse-server/config.xml > "$d/config.xml"
-  cp /etc/clickhouse-server/users.xml "$d/users.xml"
+      -e "s#<yandex>#<yandex><include_from>$d/metrika.xml</include_from>#"
   cat > "$d/metrika.xml" <<XML
 <yandex>
   <clickhouse_remote_servers>
