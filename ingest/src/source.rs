@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
@@ -261,7 +262,11 @@ impl ConsumerContext for IngestContext {
 
 pub type Consumer = StreamConsumer<IngestContext>;
 
-pub use inferlog_store::kafka::client_config;
+/// librdkafka's config of every client ingest makes (consumer, DLQ
+/// producer and admin): [`inferlog_store::kafka::client_properties`].
+pub fn client_config(kafka: &KafkaConfig) -> Result<ClientConfig, IngestError> {
+    Ok(inferlog_store::kafka::client_properties(kafka)?.into_iter().collect())
+}
 
 /// A consumer of the source topics, with what its rebalance callbacks share
 /// with the pipeline.

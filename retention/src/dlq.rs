@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use inferlog_store::kafka::{DlqPayload, KafkaConfig};
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ConfigSource, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -100,8 +101,13 @@ impl DlqTopic {
     }
 }
 
+/// librdkafka's config of retention's clients: [`inferlog_store::kafka::client_properties`].
+pub(crate) fn client_config(kafka: &KafkaConfig) -> Result<ClientConfig, inferlog_store::StoreError> {
+    Ok(inferlog_store::kafka::client_properties(kafka)?.into_iter().collect())
+}
+
 fn admin(kafka: &KafkaConfig) -> Result<AdminClient<DefaultClientContext>, String> {
-    let config = inferlog_store::kafka::client_config(kafka).map_err(|e| format!("admin client: {e}"))?;
+    let config = client_config(kafka).map_err(|e| format!("admin client: {e}"))?;
     config.create().map_err(|e| format!("admin client: {e}"))
 }
 
@@ -162,7 +168,7 @@ pub async fn alter(kafka: &KafkaConfig, to: &DlqSettings) -> Result<(), String> 
 /// The timestamp of the first message of every partition, read with a
 /// consumer that is assigned (never joins a group) and commits nothing.
 pub async fn oldest(kafka: &KafkaConfig) -> Result<BTreeMap<i32, Option<i64>>, String> {
-    let mut config = inferlog_store::kafka::client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
+    let mut config = client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
     config
         .set("group.id", "inferlog-retention-audit")
         .set("enable.auto.commit", "false")
@@ -219,7 +225,7 @@ const SEARCH_TIMEOUT: Duration = Duration::from_secs(300);
 /// Reads every message of the topic (assigned, no group, nothing committed)
 /// and counts, per partition, those whose payload contains one of `needles`.
 pub async fn search(kafka: &KafkaConfig, needles: Vec<String>) -> Result<BTreeMap<i32, Hits>, String> {
-    let mut config = inferlog_store::kafka::client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
+    let mut config = client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
     config.set("group.id", "inferlog-retention-erase").set("enable.auto.commit", "false").set("enable.partition.eof", "true");
     let topic = kafka.dlq_topic.clone();
     tokio::task::spawn_blocking(move || {

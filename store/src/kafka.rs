@@ -1,14 +1,16 @@
 //! The Kafka connection every component shares: the `[kafka]` table (the
 //! source topics and the DLQ, which is a tier of its own), how clients
 //! authenticate (`[kafka.security]`, the password from the environment or
-//! a file), and the librdkafka settings built from them. Ingest consumes
-//! and produces with them; retention asks the broker about the DLQ.
+//! a file), and the librdkafka properties built from them
+//! ([`client_properties`]). Ingest consumes and produces with them;
+//! retention asks the broker about the DLQ. This crate does not link
+//! librdkafka: the crates that talk to Kafka collect the properties into
+//! rdkafka's `ClientConfig` themselves.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::StoreError;
@@ -282,21 +284,60 @@ impl KafkaConfig {
     }
 }
 
-/// librdkafka settings shared by the consumer, the DLQ producer and
-/// retention's admin client: brokers, `[kafka.security]` (password read
-/// here) and `kafka.options`. Never log the result: it holds the password.
-pub fn client_config(kafka: &KafkaConfig) -> Result<ClientConfig, StoreError> {
+/// librdkafka properties, in the order they apply (a later one replaces
+/// an earlier one of the same name). `collect()` them into rdkafka's
+/// `ClientConfig`. Their `Debug` names the keys only: one holds the password.
+pub struct ClientProperties(Vec<(String, String)>);
+
+impl std::fmt::Debug for ClientProperties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(k, _)| k)).finish()
+    }
+}
+
+impl IntoIterator for ClientProperties {
+    type Item = (String, String);
+    type IntoIter = std::vec::IntoIter<(String, String)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+/// The librdkafka properties shared by the consumer, the DLQ producer and
+/// retention's clients: brokers, `[kafka.security]` (password read here)
+/// and `kafka.options`. Never log their values: one holds the password.
+pub fn client_properties(kafka: &KafkaConfig) -> Result<ClientProperties, StoreError> {
     let security = kafka.security.resolve()?;
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &kafka.brokers);
-    for (k, v) in security.properties {
-        config.set(k, v);
-    }
+    let mut properties = vec![("bootstrap.servers".to_owned(), kafka.brokers.clone())];
+    properties.extend(security.properties.into_iter().map(|(k, v)| (k.to_owned(), v)));
     if let Some(password) = &security.password {
-        config.set("sasl.password", password.expose());
+        properties.push(("sasl.password".to_owned(), password.expose().to_owned()));
     }
-    for (k, v) in &kafka.options {
-        config.set(k, v);
+    properties.extend(kafka.options.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(ClientProperties(properties))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_apply_in_order_and_their_debug_shows_no_value() {
+        let kafka = KafkaConfig {
+            brokers: "b:9092".into(),
+            options: BTreeMap::from([("sasl.password".to_owned(), "hunter2".to_owned()), ("bootstrap.servers".to_owned(), "c:9092".to_owned())]),
+            ..KafkaConfig::default()
+        };
+        let properties = client_properties(&kafka).expect("properties");
+        let debug = format!("{properties:?}");
+        assert!(debug.contains("sasl.password") && !debug.contains("hunter2"), "{debug}");
+        let all: Vec<(String, String)> = properties.into_iter().collect();
+        assert_eq!(all.first(), Some(&("bootstrap.servers".to_owned(), "b:9092".to_owned())));
+        assert_eq!(
+            all[all.len() - 2..],
+            [("bootstrap.servers".to_owned(), "c:9092".to_owned()), ("sasl.password".to_owned(), "hunter2".to_owned())],
+            "options last: they win"
+        );
     }
-    Ok(config)
 }
