@@ -287,8 +287,13 @@ start_clickhouse() {
   clickhouse_config
   (cd "$dir/clickhouse" && clickhouse-server --config-file="$dir/clickhouse/config.xml" \
       --pid-file="$dir/clickhouse.pid" --daemon) >>"$dir/clickhouse.out" 2>&1
-  for _ in $(seq 1 150); do curl -fsS "http://127.0.0.1:$CH_HTTP_PORT/ping" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  log "ClickHouse did not start; see $dir/clickhouse.err.log"; return 1
+  wait_clickhouse "$CH_HTTP_PORT" ClickHouse "$dir/clickhouse.err.log"
+}
+
+# Until a ClickHouse server answers /ping on PORT (30 s).
+wait_clickhouse() { # port name err_log
+  for _ in $(seq 1 150); do curl -fsS "http://127.0.0.1:$1/ping" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  log "$2 did not start; see $3"; return 1
 }
 
 # --- The local ClickHouse cluster (`up --cluster`) -------------------------
@@ -387,8 +392,7 @@ start_cluster_node() { # name shard http tcp interserver
 }
 
 wait_cluster_node() { # name shard http ...
-  for _ in $(seq 1 150); do curl -fsS "http://127.0.0.1:$3/ping" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  log "ClickHouse $1 did not start; see $dir/cluster/$1/clickhouse.err.log"; return 1
+  wait_clickhouse "$3" "ClickHouse $1" "$dir/cluster/$1/clickhouse.err.log"
 }
 
 stop_cluster_node() { # name shard http tcp

@@ -96,8 +96,8 @@ impl DlqTopic {
     /// messages could not be read.
     pub fn ledger_cutoff(&self) -> Option<i64> {
         let oldest = self.oldest.as_ref().ok()?;
-        let first = oldest.values().map(|o| o.unwrap_or(self.read_at_ms)).min().unwrap_or(self.read_at_ms);
-        Some(first.min(self.read_at_ms) - LEDGER_MARGIN_MS)
+        let first = oldest.values().map(|o| o.unwrap_or(self.read_at_ms)).fold(self.read_at_ms, i64::min);
+        Some(first - LEDGER_MARGIN_MS)
     }
 }
 

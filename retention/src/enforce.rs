@@ -148,11 +148,7 @@ pub async fn enforce(
             actor: "retention",
             detail: Some(format!("{}.{}", stores.hot.database, stores.hot.rejects_table)),
         };
-        catalog.audit(&entry).await.map_err(tier_err("aggregates"))?;
-        if !dry_run {
-            pause_point("rejects").await;
-            stores.hot.drop_rejects_day(p.day).await.map_err(tier_err("rejects"))?;
-        }
+        audit_then(stores, &entry, stores.hot.drop_rejects_day(p.day)).await?;
         let outcome = if dry_run { Outcome::WouldDelete } else { Outcome::Deleted };
         actions.push(Action { tier: "rejects", unit: day_string(p.day), action: "drop_partition", rows: Some(p.rows), bytes: None, outcome });
     }
@@ -237,8 +233,25 @@ async fn fit_dlq(
     Ok(Some(action(if dry_run { Outcome::WouldSet(to.describe()) } else { Outcome::Set(to.describe()) })))
 }
 
+/// Writes `entry` to the audit table, then, unless it is a dry run, stops
+/// at its tier's test hook and runs `delete` (its result; `None` on a dry
+/// run). The audit row comes first, so a kill in between leaves data the
+/// audit reports (`deleted.still_present`) and the next run deletes.
+async fn audit_then<T>(
+    stores: &Stores,
+    entry: &AuditEntry,
+    delete: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<Option<T>, RetentionError> {
+    stores.catalog.audit(entry).await.map_err(RetentionError::tier("aggregates"))?;
+    if entry.dry_run {
+        return Ok(None);
+    }
+    pause_point(entry.tier).await;
+    delete.await.map(Some).map_err(RetentionError::tier(entry.tier))
+}
+
 /// Drops the replay log's expired days the ingest group has committed
-/// past, each audited before its drop (as the rejects log).
+/// past, each audited before its drop ([`audit_then`], as the rejects log).
 async fn drop_replay_log(
     stores: &Stores,
     inventory: &Inventory,
@@ -290,19 +303,14 @@ async fn drop_replay_log(
             actor: "retention",
             detail: Some(format!("{}.{}", stores.hot.database, inferlog_store::model::tables::replay_log_table(&stores.hot.table))),
         };
-        stores.catalog.audit(&entry).await.map_err(RetentionError::tier("aggregates"))?;
-        if !dry_run {
-            pause_point("replay_log").await;
-            stores.hot.drop_replay_log_day(p.day).await.map_err(RetentionError::tier("replay_log"))?;
-        }
+        audit_then(stores, &entry, stores.hot.drop_replay_log_day(p.day)).await?;
         actions.push(action(p.rows, if dry_run { Outcome::WouldDelete } else { Outcome::Deleted }));
     }
     Ok(actions)
 }
 
 /// Deletes the replay ledger's stored entries of messages the DLQ topic no
-/// longer holds; the audit row (unit: the cut-off) comes first, so a kill
-/// in between leaves entries the audit reports and the next run deletes.
+/// longer holds, audited first (unit: the cut-off).
 async fn prune_ledger(stores: &Stores, inventory: &Inventory, policies: &RetentionConfig, dry_run: bool) -> Result<Option<Action>, RetentionError> {
     let Some(cutoff) = inventory.dlq.ledger_cutoff() else { return Ok(None) };
     match inventory.ledger_oldest {
@@ -327,13 +335,7 @@ async fn prune_ledger(stores: &Stores, inventory: &Inventory, policies: &Retenti
             inventory.dlq.topic
         )),
     };
-    catalog.audit(&entry).await.map_err(RetentionError::tier("aggregates"))?;
-    let rows = if dry_run {
-        rows
-    } else {
-        pause_point("dlq_ledger").await;
-        catalog.replay_prune(cutoff).await.map_err(RetentionError::tier("aggregates"))?
-    };
+    let rows = audit_then(stores, &entry, catalog.replay_prune(cutoff)).await?.unwrap_or(rows);
     let outcome = if dry_run { Outcome::WouldDelete } else { Outcome::Deleted };
     Ok(Some(Action { tier: "dlq_ledger", unit, action: "delete_entries", rows: Some(rows), bytes: None, outcome }))
 }

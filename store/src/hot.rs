@@ -140,8 +140,13 @@ impl HotTier {
 
     /// Drops one day of the rejects log (nothing to drop succeeds).
     pub async fn drop_rejects_day(&self, day: Day) -> Result<(), StoreError> {
-        let sql = format!("ALTER TABLE {}.{} DROP PARTITION ?", self.database, self.rejects_table);
-        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("drop rejects partition"))
+        self.drop_day_of(&self.rejects_table, day, "drop rejects partition").await
+    }
+
+    /// Drops one day partition of `table` (nothing to drop succeeds).
+    async fn drop_day_of(&self, table: &str, day: Day, operation: &'static str) -> Result<(), StoreError> {
+        let sql = format!("ALTER TABLE {}.{table} DROP PARTITION ?", self.database);
+        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error(operation))
     }
 
     /// Every day partition of the replay log (`<table>_offsets`, by the
@@ -166,8 +171,7 @@ impl HotTier {
 
     /// Drops one day of the replay log (nothing to drop succeeds).
     pub async fn drop_replay_log_day(&self, day: Day) -> Result<(), StoreError> {
-        let sql = format!("ALTER TABLE {}.{} DROP PARTITION ?", self.database, crate::model::tables::replay_log_table(&self.table));
-        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("drop replay log partition"))
+        self.drop_day_of(&crate::model::tables::replay_log_table(&self.table), day, "drop replay log partition").await
     }
 
     async fn partitions_of(&self, table: &str) -> Result<Vec<HotPartition>, StoreError> {
@@ -312,7 +316,6 @@ impl HotTier {
     /// Drops one day's partition. Dropping a day that holds nothing succeeds,
     /// so a drop repeated after a crash is harmless.
     pub async fn drop_day(&self, day: Day) -> Result<(), StoreError> {
-        let sql = format!("ALTER TABLE {} DROP PARTITION ?", self.qualified());
-        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("drop partition"))
+        self.drop_day_of(&self.table, day, "drop partition").await
     }
 }

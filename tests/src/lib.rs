@@ -67,6 +67,15 @@ pub fn clear_of_midnight() {
     }
 }
 
+/// One reason's line of a `dlq replay --format json` summary: (selected,
+/// replayed, already stored, still invalid, refused).
+pub fn replay_line(summary: &serde_json::Value, reason: &str) -> (u64, u64, u64, u64, u64) {
+    let lines = summary["by_reason"].as_array().expect("by_reason");
+    let l = lines.iter().find(|l| l["reason"] == reason).unwrap_or_else(|| panic!("no {reason} in {summary}"));
+    let n = |k: &str| l[k].as_u64().expect("count");
+    (n("selected"), n("replayed"), n("already_stored"), n("still_invalid"), n("refused"))
+}
+
 /// Generated events ending now (so they pass ingest's time bounds), over `days` ≤ 7.
 pub fn generate(count: usize, invalid_ratio: f64, seed: u64, days: u32) -> Vec<GeneratedEvent> {
     clear_of_midnight();

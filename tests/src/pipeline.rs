@@ -111,15 +111,7 @@ impl Pipeline {
         let rejected = events.len() - valid.len();
         // The refused events the fixed contract accepts, computed from the
         // input: each must be stored once, like a live event.
-        let recovered: Vec<InferenceEvent> = replayed.map_or_else(Vec::new, |r| {
-            let contract = Contract::new(&r.contract).expect("fixed contract");
-            let hasher = UserIdHasher::new(HASH_KEY.as_bytes(), None, "test").expect("hasher");
-            events
-                .iter()
-                .filter(|e| e.expected == Some(r.reason))
-                .map(|e| contract.normalize(&e.line, None, &hasher).expect("the fixed contract accepts a replayed event").event)
-                .collect()
-        });
+        let recovered: Vec<InferenceEvent> = replayed.map_or_else(Vec::new, |r| normalized_by(events, &r.contract, Some(r.reason)));
         let still_invalid = rejected - recovered.len();
         if replayed.is_some() {
             assert!(!recovered.is_empty(), "the input holds events for the replay");
@@ -284,12 +276,18 @@ pub struct Replayed {
 /// The valid generated events, normalized as ingest would (the hash key does
 /// not matter for any figure checked here).
 pub fn normalized(events: &[GeneratedEvent]) -> Vec<InferenceEvent> {
-    let contract = Contract::new(&ContractConfig::default()).expect("contract");
+    normalized_by(events, &ContractConfig::default(), None)
+}
+
+/// The generated events the default contract refuses with `expected`
+/// (`None`: accepts), normalized under `contract`, which must accept them.
+fn normalized_by(events: &[GeneratedEvent], contract: &ContractConfig, expected: Option<ReasonCode>) -> Vec<InferenceEvent> {
+    let contract = Contract::new(contract).expect("contract");
     let hasher = UserIdHasher::new(HASH_KEY.as_bytes(), None, "test").expect("hasher");
     events
         .iter()
-        .filter(|e| e.expected.is_none())
-        .map(|e| contract.normalize(&e.line, None, &hasher).expect("a valid generated event normalizes").event)
+        .filter(|e| e.expected == expected)
+        .map(|e| contract.normalize(&e.line, None, &hasher).expect("the contract accepts the event").event)
         .collect()
 }
 

@@ -24,28 +24,19 @@ const NODES: [(&str, u32, u16); 4] = [("s1r1", 1, 8131), ("s1r2", 1, 8132), ("s2
 const CLUSTER: &str = "inferlog";
 const DATABASE: &str = "inferlog_test";
 
-/// Runs `sql` on one server (with URL `settings`), the body from `data` when given.
+/// Runs `sql` on one server (with URL `settings`, `K=V&…`), the body from `data` when given.
 fn on(port: u16, sql: &str, settings: &str, data: Option<&std::path::Path>) -> String {
-    let url = format!("http://127.0.0.1:{port}/?{settings}");
     let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "--fail-with-body"]);
+    cmd.args(["-sS", "--fail-with-body", &format!("http://127.0.0.1:{port}/?{settings}")]);
     match data {
-        Some(path) => cmd.args(["--data-binary", &format!("@{}", path.display()), &format!("{url}&query={}", urlencode(sql))]),
-        None => cmd.args(["--data-binary", sql, &url]),
+        // curl encodes the query into the URL; the body is the rows.
+        Some(path) => cmd.args(["--url-query", &format!("query={sql}"), "--data-binary", &format!("@{}", path.display())]),
+        None => cmd.args(["--data-binary", sql]),
     };
     let out = cmd.output().expect("run curl");
     let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     assert!(out.status.success(), "{port}: {sql}: {text}{}", String::from_utf8_lossy(&out.stderr));
     text
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn count(port: u16, table: &str) -> u64 {

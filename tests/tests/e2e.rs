@@ -10,7 +10,11 @@
 
 use inferlog_schema::{ContractConfig, ReasonCode};
 use inferlog_tests::pipeline::{Pipeline, Replayed};
-use inferlog_tests::{generate, produce, write_jsonl};
+use inferlog_tests::{generate, produce, replay_line, write_jsonl};
+
+/// The generator's unknown error code, and the name the dictionary gives it once it is known.
+const NEW_CODE: &str = "4242";
+const NEW_CODE_NAME: &str = "gpu_xid_error";
 
 #[test]
 fn bad_input_at_volume_every_event_in_exactly_one_tier_no_plaintext_and_aggregates_match() {
@@ -24,22 +28,18 @@ fn bad_input_at_volume_every_event_in_exactly_one_tier_no_plaintext_and_aggregat
     // learns it and the refused events come back from the DLQ.
     let unknown = events.iter().filter(|e| e.expected == Some(ReasonCode::ErrorCodeUnknown)).count() as u64;
     let config = std::fs::read_to_string(&p.tiers.config).expect("config");
-    std::fs::write(&p.tiers.config, format!("{config}\n[schema.error_codes]\n\"4242\" = \"gpu_xid_error\"\n")).expect("write config");
+    std::fs::write(&p.tiers.config, format!("{config}\n[schema.error_codes]\n\"{NEW_CODE}\" = \"{NEW_CODE_NAME}\"\n")).expect("write config");
     let out = p.output("inferlog-ingest", &["dlq", "replay", "--reason", "error_code.unknown", "--format", "json"], "replay.log");
     assert_eq!(out.status.code(), Some(0), "{}", p.tiers.log("replay.log"));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("replay summary");
-    let line = summary["by_reason"].as_array().and_then(|l| l.iter().find(|l| l["reason"] == "error_code.unknown")).expect("the reason's line");
-    assert_eq!(
-        (line["selected"].as_u64(), line["replayed"].as_u64(), line["still_invalid"].as_u64()),
-        (Some(unknown), Some(unknown), Some(0)),
-        "{summary}"
-    );
+    let (selected, replayed, _, still_invalid, _) = replay_line(&summary, "error_code.unknown");
+    assert_eq!((selected, replayed, still_invalid), (unknown, unknown, 0), "{summary}");
 
     p.run_ok("inferlog-compactor", &["--once"], "compactor.log");
     // Three days on, the closed days are past the hot policy with verified archives.
     p.run_ok("inferlog-retention", &["enforce", "--now", &Pipeline::later()], "retention.log");
 
     let mut contract = ContractConfig::default();
-    contract.error_codes.insert("4242".into(), "gpu_xid_error".into());
+    contract.error_codes.insert(NEW_CODE.into(), NEW_CODE_NAME.into());
     p.reconcile(&events, Some(&Replayed { reason: ReasonCode::ErrorCodeUnknown, contract }));
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use inferlog_schema::generate::{GeneratedEvent, Generator, GeneratorConfig};
 use inferlog_schema::timestamp::MS_PER_DAY;
 use inferlog_schema::ReasonCode;
-use inferlog_tests::{clickhouse, committed, generate, kafkatool, read_topic, sigterm, valid_count, wait_for, write_jsonl, Scenario};
+use inferlog_tests::{clickhouse, committed, generate, kafkatool, read_topic, replay_line, sigterm, valid_count, wait_for, write_jsonl, Scenario};
 use rand::Rng as _;
 
 /// Source offsets of the DLQ messages read by `read_topic`.
@@ -299,12 +299,29 @@ impl Planted {
     }
 }
 
-/// One reason's line of a replay summary: (selected, replayed, already stored, still invalid, refused).
-fn line(summary: &serde_json::Value, reason: &str) -> (u64, u64, u64, u64, u64) {
-    let lines = summary["by_reason"].as_array().expect("by_reason");
-    let l = lines.iter().find(|l| l["reason"] == reason).unwrap_or_else(|| panic!("no {reason} in {summary}"));
-    let n = |k: &str| l[k].as_u64().expect("count");
-    (n("selected"), n("replayed"), n("already_stored"), n("still_invalid"), n("refused"))
+/// `[cold]` (a prefix of its own) and `[compactor]` tables, for a planted
+/// run whose days go on to the compactor and retention.
+fn tiers_extra(name: &str) -> String {
+    let id = inferlog_tests::unique(name).to_ascii_lowercase();
+    format!(
+        "[cold]\nurl = \"s3://inferlog-cold/{id}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1s\"\n",
+        inferlog_tests::tiers::s3_endpoint()
+    )
+}
+
+/// Runs `binary` of the tiers on `config` with the S3 secret: its exit
+/// code, stdout and stderr (also written to `log` in the run's directory).
+fn run_tier(p: &Planted, config: &std::path::Path, binary: &str, args: &[&str], log: &str) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(inferlog_tests::bin(binary))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .output()
+        .expect("run");
+    std::fs::write(p.s.dir.path().join(log), &out.stderr).expect("log");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Test 1 and 3 of issue 33: 5% of the valid events carry a code the
@@ -328,7 +345,7 @@ fn a_replay_after_the_fix_stores_each_refused_event_once_and_the_rest_stays() {
     let (code, dry) = p.replay(&["--reason", "error_code.unknown", "--dry-run", "--metrics-file", prom_arg], "dry.log");
     assert!(!prom.exists(), "a dry run writes no metrics");
     assert_eq!(code, Some(1), "the generator's code 4242 is still unknown: {dry}");
-    assert_eq!(line(&dry, "error_code.unknown"), (planted.len() as u64 + generators_unknown, planted.len() as u64, 0, generators_unknown, 0));
+    assert_eq!(replay_line(&dry, "error_code.unknown"), (planted.len() as u64 + generators_unknown, planted.len() as u64, 0, generators_unknown, 0));
     assert_eq!(s.hot_count(), (live, live), "a dry run changes nothing");
 
     let (code, real) = p.replay(&["--reason", "error_code.unknown", "--metrics-file", prom_arg], "real.log");
@@ -411,14 +428,17 @@ fn a_replay_after_the_fix_stores_each_refused_event_once_and_the_rest_stays() {
 
     // Twice: nothing more. Everything: the rest is still invalid, and it adds up.
     let (_, again) = p.replay(&["--reason", "error_code.unknown"], "again.log");
-    assert_eq!(line(&again, "error_code.unknown"), (planted.len() as u64 + generators_unknown, 0, planted.len() as u64, generators_unknown, 0));
+    assert_eq!(
+        replay_line(&again, "error_code.unknown"),
+        (planted.len() as u64 + generators_unknown, 0, planted.len() as u64, generators_unknown, 0)
+    );
     let (_, all) = p.replay(&["--dry-run"], "all.log");
     let unresolved = all["still_invalid"].as_u64().expect("n") + all["refused"].as_u64().expect("n");
     assert_eq!(all["replayed"], 0, "{all}");
     assert_eq!(s.hot_count().0 + unresolved, p.events.len() as u64, "produced = hot + still invalid in the DLQ: {all}");
     assert_eq!(all["selected"].as_u64(), Some(dlq_before.len() as u64));
     // The PII the contract refused was masked in the DLQ: refused, never stored.
-    assert!(line(&all, "pii.detected").4 > 0, "{all}");
+    assert!(replay_line(&all, "pii.detected").4 > 0, "{all}");
     assert_eq!(
         p.psql("SELECT dry_run, rows FROM retention_audit WHERE tier = 'dlq' AND action = 'replay' ORDER BY id"),
         format!("t\t{n}\nf\t{n}\nf\t0\nt\t0", n = planted.len()),
@@ -485,11 +505,7 @@ fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
     let day = inferlog_tests::tiers::today() - 10; // past the 7-day hot policy
     let end_ms = (i64::from(day) + 1) * MS_PER_DAY - 60_000;
     let events: Vec<GeneratedEvent> = Generator::new(GeneratorConfig { seed: 3303, days: 1, end_ms, invalid_ratio: 0.0 }).take(1_500).collect();
-    let id = inferlog_tests::unique("replayold").to_ascii_lowercase();
-    let extra = format!(
-        "[cold]\nurl = \"s3://inferlog-cold/{id}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1s\"\n",
-        inferlog_tests::tiers::s3_endpoint()
-    );
+    let extra = tiers_extra("replayold");
     // Events of ten days ago pass (max_event_age 30 days); the compactor
     // releases their day, past the 7-day hot policy.
     let p = planted_run("replayold", events, 25, "max_event_age = \"30d\"", &extra);
@@ -503,18 +519,7 @@ fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
     let tiers = s.dir.path().join("tiers.toml");
     let fixed = std::fs::read_to_string(&p.fixed).expect("config");
     std::fs::write(&tiers, fixed.replace("max_event_age = \"30d\"", "")).expect("write config");
-    let run = |binary: &str, args: &[&str], log: &str| {
-        let out = std::process::Command::new(inferlog_tests::bin(binary))
-            .arg("--config")
-            .arg(&tiers)
-            .args(args)
-            .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
-            .env_remove("AWS_ACCESS_KEY_ID")
-            .output()
-            .expect("run");
-        std::fs::write(s.dir.path().join(log), &out.stderr).expect("log");
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-    };
+    let run = |binary: &str, args: &[&str], log: &str| run_tier(&p, &tiers, binary, args, log);
     let (code, _, log) = run("inferlog-compactor", &["--once"], "compactor-1.log");
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(p.psql("SELECT state, hot_rows FROM compactor_days"), format!("released\t{live}"), "{log}");
@@ -549,11 +554,7 @@ fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
 /// entry, and the audit reports an entry older than a recorded deletion.
 #[test]
 fn retention_prunes_the_replay_ledger_once_the_dlq_no_longer_holds_its_messages() {
-    let id = inferlog_tests::unique("ledger").to_ascii_lowercase();
-    let extra = format!(
-        "[cold]\nurl = \"s3://inferlog-cold/{id}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1s\"\n",
-        inferlog_tests::tiers::s3_endpoint()
-    );
+    let extra = tiers_extra("ledger");
     let p = planted_run("ledger", generate(1_500, 0.0, 3304, 1), 25, "", &extra);
     let s = &p.s;
     let (code, summary) = p.replay(&[], "replay.log");
@@ -572,16 +573,8 @@ fn retention_prunes_the_replay_ledger_once_the_dlq_no_longer_holds_its_messages(
     let three_hours_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64 - 3 * 3_600_000;
     kafkatool(&["produce", "--topic", &s.dlq, "--timestamp-ms", &three_hours_ago.to_string(), old.to_str().expect("utf-8")]);
     let run = |args: &[&str], log: &str| {
-        let out = std::process::Command::new(inferlog_tests::bin("inferlog-retention"))
-            .arg("--config")
-            .arg(&p.fixed)
-            .args(args)
-            .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
-            .env_remove("AWS_ACCESS_KEY_ID")
-            .output()
-            .expect("run inferlog-retention");
-        std::fs::write(s.dir.path().join(log), &out.stderr).expect("log");
-        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        let (code, out, err) = run_tier(&p, &p.fixed, "inferlog-retention", args, log);
+        (code, format!("{out}{err}"))
     };
     let ledger = || p.psql("SELECT state, count(*) FROM dlq_replayed GROUP BY state ORDER BY state");
     let (code, out) = run(&["enforce"], "enforce-1.log");
