@@ -574,9 +574,10 @@ pub struct SamplingConfig {
     /// Sample the archive. Default: false.
     pub enabled: bool,
     /// Share of a stratum's ordinary rows (no error, not truncated, not slow,
-    /// not long) the archive keeps, 0 < rate <= 1; rounded up to 1/256. Default: 0.1.
+    /// not long) the archive keeps, 0 < rate <= 1. Default: 0.1.
     pub base_rate: f64,
-    /// Ordinary rows kept per stratum at least (all of them if it has fewer). Default: 20.
+    /// Ordinary rows kept per stratum at least, its tail rows aside (all of
+    /// them if it has fewer): the smallest hashes. Default: 20.
     pub min_per_stratum: u64,
     /// The quantile of a group's history above which a request is `slow`. Default: 0.99.
     pub quantile: f64,

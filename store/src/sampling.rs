@@ -18,7 +18,7 @@ use crate::error::StoreError;
 use crate::model::aggregates::hist_column;
 use crate::model::keep::Keep;
 use crate::model::measures::{TOTAL, TTFT};
-use crate::model::sample::{GroupHistory, Rule, Source, Thresholds};
+use crate::model::sample::{GroupHistory, Method, Rule, Source, Thresholds};
 use crate::Day;
 
 fn bucket_name(text: &str) -> Result<&'static str, StoreError> {
@@ -109,6 +109,7 @@ impl Catalog {
         let keep_rules: Vec<KeepRule> = serde_json::from_str(d.try_get("keep_rules").map_err(decode())?)
             .map_err(|e| StoreError::Config(format!("the keep rules recorded with {day:?} do not read: {e}")))?;
         Ok(Some(Rule {
+            method: Method::from_code(d.try_get("method").map_err(decode())?)?,
             base_rate: d.try_get("base_rate").map_err(decode())?,
             min_per_stratum: d.try_get::<i64, _>("min_per_stratum").map_err(decode())? as u64,
             seed: d.try_get::<i64, _>("seed").map_err(decode())? as u64,
@@ -132,8 +133,8 @@ impl Catalog {
         let mut tx = self.pool().begin().await.map_err(StoreError::postgres("begin"))?;
         sqlx::query(
             "INSERT INTO sampling_days (day, base_rate, min_per_stratum, quantile, history_days, min_history_rows, seed, \
-             slow_total_latency_ms, slow_ttft_ms, long_output_tokens, long_input_tokens, keep_rules) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+             slow_total_latency_ms, slow_ttft_ms, long_output_tokens, long_input_tokens, keep_rules, method) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind(date_of(day))
         .bind(rule.base_rate)
@@ -147,6 +148,7 @@ impl Catalog {
         .bind(i64::from(rule.fixed.long_output_tokens))
         .bind(i64::from(rule.fixed.long_input_tokens))
         .bind(&keep_rules)
+        .bind(rule.method.code())
         .execute(&mut *tx)
         .await
         .map_err(StoreError::postgres("record sampling rule"))?;

@@ -10,9 +10,10 @@
 //!   then the user's `[[sampling.keep]]` rules, each under its own reason
 //!   ([`crate::model::keep`]).
 //! - The rest of each stratum (group × UTC hour) is sampled: a row is kept
-//!   when the top byte of the seeded XXH64 of its `request_id` is below the
-//!   stratum's cut. The cut starts at `base_rate` (rounded up to 1/256) and
-//!   rises until the stratum keeps `min_per_stratum` rows (or all it has).
+//!   when the seeded XXH64 of its `request_id` is below the stratum's cut
+//!   ([`Method`]). The cut is `base_rate` × 2^64, raised to the stratum's
+//!   `min_per_stratum` smallest hashes where it would keep fewer (all its
+//!   ordinary rows where it has fewer).
 //! - Weights are integers: a stratum of `n` ordinary rows that keeps `k`
 //!   gives each kept row `n / k`, and the first `n % k` kept rows (in the
 //!   order the archive reads them) one more, so the weights of a stratum add
@@ -20,8 +21,8 @@
 //!   the exact row count.
 //!
 //! Deciding needs each stratum's counts first, so a day is read twice: a
-//! [`Planner`] counts every ordinary row by stratum and hash byte (256
-//! counters per stratum, whatever the day's size), then a [`Selector`]
+//! [`Planner`] counts every stratum's rows and keeps its few smallest
+//! hashes (a bounded map, whatever the day's size), then a [`Selector`]
 //! decides each row as the archive streams it, in the same order, and
 //! checks at the end that it kept what the plan counted.
 
@@ -60,6 +61,39 @@ impl Reason {
             Reason::Sampled => "sampled",
             Reason::All => "all",
         }
+    }
+}
+
+/// How a day's ordinary rows are picked; recorded with the day
+/// (`sampling_days.method`), so a day is derived again as it was archived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Days recorded before 2026-12-05: the top byte of the hash against a
+    /// cut of `base_rate` rounded up to 1/256, raised byte by byte until the
+    /// stratum keeps `max(ceil(base_rate × n), min_per_stratum)` of its `n`
+    /// ordinary rows.
+    HashByte = 1,
+    /// The whole 64-bit hash against `base_rate` × 2^64, so a stratum keeps
+    /// `base_rate` of its ordinary rows on average, not up to 1/256 more;
+    /// raised to the stratum's `min_per_stratum` smallest hashes only where
+    /// it would keep fewer (all of them where it has fewer).
+    Hash64 = 2,
+}
+
+impl Method {
+    /// The method new days are recorded with.
+    pub const CURRENT: Method = Method::Hash64;
+
+    pub fn from_code(code: i16) -> Result<Method, StoreError> {
+        match code {
+            1 => Ok(Method::HashByte),
+            2 => Ok(Method::Hash64),
+            other => Err(StoreError::Config(format!("unknown sampling method {other} in the catalog"))),
+        }
+    }
+
+    pub const fn code(self) -> i16 {
+        self as i16
     }
 }
 
@@ -122,6 +156,7 @@ pub struct GroupHistory {
 /// The day's sampling parameters and thresholds: what decides each row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
+    pub method: Method,
     pub base_rate: f64,
     pub min_per_stratum: u64,
     pub seed: u64,
@@ -147,7 +182,15 @@ impl Rule {
             })
             .collect();
         let keep = config.keep.iter().map(Keep::new).collect::<Result<_, _>>()?;
-        Ok(Rule { base_rate: config.base_rate, min_per_stratum: config.min_per_stratum, seed: config.seed, groups, fixed, keep })
+        Ok(Rule {
+            method: Method::CURRENT,
+            base_rate: config.base_rate,
+            min_per_stratum: config.min_per_stratum,
+            seed: config.seed,
+            groups,
+            fixed,
+            keep,
+        })
     }
 
     /// The thresholds of a row's group.
@@ -174,14 +217,41 @@ impl Rule {
         }
     }
 
-    /// The top byte of the seeded hash of `request_id`: 0..=255, uniform.
-    pub fn hash_byte(&self, request_id: &str) -> usize {
-        (twox_hash::XxHash64::oneshot(self.seed, request_id.as_bytes()) >> 56) as usize
+    /// The rank of `request_id` among its stratum's rows: the seeded hash,
+    /// or its top byte (0..=255) for [`Method::HashByte`].
+    pub fn rank(&self, request_id: &str) -> u64 {
+        let hash = twox_hash::XxHash64::oneshot(self.seed, request_id.as_bytes());
+        match self.method {
+            Method::HashByte => hash >> 56,
+            Method::Hash64 => hash,
+        }
     }
 
-    /// The cut `base_rate` gives: a row is kept when its hash byte is below it.
-    fn base_cut(&self) -> usize {
-        ((self.base_rate * 256.0).ceil() as usize).clamp(1, 256)
+    /// The cut `base_rate` gives: a row is kept when its rank is below it.
+    fn base_cut(&self) -> u128 {
+        match self.method {
+            Method::HashByte => ((self.base_rate * 256.0).ceil() as u128).clamp(1, 256),
+            Method::Hash64 => ((self.base_rate * 2f64.powi(64)).ceil() as u128).clamp(1, 1 << 64),
+        }
+    }
+
+    /// How many ordinary rows a stratum of `rows` ordinary ones keeps at
+    /// least. Its tail rows do not count: they say nothing of its body.
+    fn floor(&self, rows: u64) -> u64 {
+        let floor = match self.method {
+            Method::HashByte => ((self.base_rate * rows as f64).ceil() as u64).max(self.min_per_stratum),
+            Method::Hash64 => self.min_per_stratum,
+        };
+        floor.max(1).min(rows)
+    }
+
+    /// Smallest ranks a stratum's plan must hold to find its floor.
+    fn ranks_held(&self) -> u64 {
+        match self.method {
+            // Every byte: the floor grows with the stratum (256 keys at most).
+            Method::HashByte => u64::MAX,
+            Method::Hash64 => self.min_per_stratum.max(1),
+        }
     }
 }
 
@@ -231,16 +301,67 @@ impl<T> Strata<T> {
     }
 }
 
-/// First pass: counts each stratum's ordinary rows by hash byte.
+/// A stratum's counts in the first pass.
+#[derive(Debug, Default)]
+struct Count {
+    /// Ordinary rows, and those ranked below the base cut.
+    rows: u64,
+    below_base: u64,
+    /// The smallest ranks and how often each came: the fewest whose counts
+    /// reach [`Rule::ranks_held`].
+    smallest: BTreeMap<u64, u64>,
+    held: u64,
+}
+
+impl Count {
+    fn add(&mut self, rank: u64, base: u128, limit: u64) {
+        self.rows += 1;
+        self.below_base += u64::from(u128::from(rank) < base);
+        if self.held >= limit && self.smallest.last_key_value().is_some_and(|(top, _)| rank > *top) {
+            return;
+        }
+        *self.smallest.entry(rank).or_default() += 1;
+        self.held += 1;
+        // Drop the largest rank while the others alone still reach the limit.
+        while let Some((&top, &n)) = self.smallest.last_key_value() {
+            if self.held - n < limit {
+                break;
+            }
+            self.smallest.remove(&top);
+            self.held -= n;
+        }
+    }
+
+    /// The stratum's cut: the base one, or just above the rank that makes
+    /// the floor; and the ordinary rows it keeps.
+    fn cut(&self, rule: &Rule, base: u128) -> Cut {
+        let floor = rule.floor(self.rows);
+        let (cut, kept) = if self.below_base >= floor {
+            (base, self.below_base)
+        } else {
+            let mut kept = 0;
+            let top = self.smallest.iter().find(|(_, n)| {
+                kept += **n;
+                kept >= floor
+            });
+            (top.map_or(base, |(rank, _)| u128::from(*rank) + 1), kept)
+        };
+        Cut { cut, rows: self.rows, kept, seen: 0 }
+    }
+}
+
+/// First pass: counts each stratum's rows and holds its smallest ranks.
 #[derive(Debug)]
 pub struct Planner {
     rule: Rule,
-    strata: Strata<Box<[u64; 256]>>,
+    base: u128,
+    limit: u64,
+    strata: Strata<Count>,
 }
 
 impl Planner {
     pub fn new(rule: Rule) -> Planner {
-        Planner { rule, strata: Strata::new() }
+        Planner { base: rule.base_cut(), limit: rule.ranks_held(), rule, strata: Strata::new() }
     }
 
     pub fn add(&mut self, row: &StoredRow<'_>) {
@@ -249,35 +370,18 @@ impl Planner {
         if self.rule.tail(row, &series.thresholds[bucket]).is_some() {
             return;
         }
-        let byte = self.rule.hash_byte(row.request_id);
-        series.slots[slot].get_or_insert_with(|| Box::new([0; 256]))[byte] += 1;
+        series.slots[slot].get_or_insert_with(Count::default).add(self.rule.rank(row.request_id), self.base, self.limit);
     }
 
     /// Each stratum's cut and weights.
     pub fn finish(self) -> Selector {
-        let Planner { rule, strata, .. } = self;
-        let base = rule.base_cut();
+        let Planner { rule, base, strata, .. } = self;
         let series = strata
             .series
             .into_iter()
             .map(|Series { thresholds, slots }| Series {
                 thresholds,
-                slots: slots
-                    .into_iter()
-                    .map(|slot| {
-                        slot.map(|counts| {
-                            let rows: u64 = counts.iter().sum();
-                            let want = rows.min(((rule.base_rate * rows as f64).ceil() as u64).max(rule.min_per_stratum));
-                            let mut cut = base;
-                            let mut kept: u64 = counts[..cut].iter().sum();
-                            while kept < want.max(1) && cut < 256 {
-                                kept += counts[cut];
-                                cut += 1;
-                            }
-                            Cut { cut, rows, kept, seen: 0 }
-                        })
-                    })
-                    .collect(),
+                slots: slots.into_iter().map(|slot| slot.map(|count| count.cut(&rule, base))).collect(),
             })
             .collect();
         let strata = Strata { index: strata.index, last: None, series };
@@ -285,10 +389,10 @@ impl Planner {
     }
 }
 
-/// A stratum's decision: keep rows whose hash byte is below `cut`.
+/// A stratum's decision: keep ordinary rows ranked below `cut`.
 #[derive(Debug, Clone, Copy)]
 struct Cut {
-    cut: usize,
+    cut: u128,
     /// Ordinary rows of the stratum, and how many the cut keeps.
     rows: u64,
     kept: u64,
@@ -341,11 +445,11 @@ impl Selector {
         let decision = match self.rule.tail(row, &series.thresholds[bucket]) {
             Some(reason) => Some((reason, 1)),
             None => {
-                let byte = self.rule.hash_byte(row.request_id);
+                let rank = u128::from(self.rule.rank(row.request_id));
                 // A stratum the plan did not see gets nothing: `finish` reports the difference.
                 let slot = &mut series.slots[slot];
                 match slot {
-                    Some(c) if byte < c.cut => {
+                    Some(c) if rank < c.cut => {
                         let (base, extra) = (c.rows / c.kept, c.rows % c.kept);
                         let weight = base + u64::from(c.seen < extra);
                         c.seen += 1;
@@ -463,12 +567,83 @@ mod tests {
         let rows: Vec<StoredRow<'_>> = ids.iter().map(|id| row(id, "tiny", 1, 5.0, 0)).collect();
         let (first, _) = run(&rule, &rows);
         let kept = first.iter().flatten().count();
-        assert!((20..30).contains(&kept), "kept {kept} of 30 with a floor of 20");
+        assert_eq!(kept, 20, "kept {kept} of 30 with a floor of 20");
         assert_eq!(first.iter().flatten().map(|(_, w)| w).sum::<u64>(), 30);
         let (second, _) = run(&rule, &rows);
         assert_eq!(first, second, "deterministic");
         let other = Rule::new(&SamplingConfig { seed: 7, ..config }, &[]).expect("rule");
         assert_ne!(run(&other, &rows).0, first, "another seed keeps other rows");
+    }
+
+    #[test]
+    fn the_floor_is_of_ordinary_rows_and_takes_the_smallest_hashes() {
+        let config = SamplingConfig { enabled: true, base_rate: 0.01, min_per_stratum: 5, ..SamplingConfig::default() };
+        let rule = Rule::new(&config, &[]).expect("rule");
+        let ids: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+        // Hour 0: 3 errors and 20 ordinary rows; hour 1: 6 errors and 11 ordinary rows.
+        let rows: Vec<StoredRow<'_>> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| match i {
+                0..3 => row(id, "l", 0, 5.0, 500),
+                3..23 => row(id, "l", 0, 5.0, 0),
+                23..29 => row(id, "l", 1, 5.0, 500),
+                _ => row(id, "l", 1, 5.0, 0),
+            })
+            .collect();
+        let (decisions, _) = run(&rule, &rows);
+        let sampled = |hour: u64| -> Vec<u64> {
+            rows.iter()
+                .zip(&decisions)
+                .filter(|(r, d)| r.timestamp_ms / 3_600_000 % 24 == hour && matches!(d, Some((Reason::Sampled, _))))
+                .map(|(_, d)| d.expect("kept").1)
+                .collect()
+        };
+        // Five ordinary rows each, whatever the tail: 20 = 5 × 4; 11 = 3 + 4 × 2.
+        assert_eq!(sampled(0), vec![4; 5]);
+        assert_eq!(sampled(1), vec![3, 2, 2, 2, 2]);
+        // The kept ones are the smallest hashes.
+        let mut ranks: Vec<(u64, bool)> = rows[3..23].iter().zip(&decisions[3..23]).map(|(r, d)| (rule.rank(r.request_id), d.is_some())).collect();
+        ranks.sort();
+        assert!(ranks[..5].iter().all(|r| r.1) && ranks[5..].iter().all(|r| !r.1), "{ranks:?}");
+    }
+
+    /// A day recorded with [`Method::HashByte`] keeps the rows it kept
+    /// before `Method::Hash64`: the old rule, written out here on its own.
+    #[test]
+    fn days_recorded_with_the_byte_method_keep_the_same_rows() {
+        let config = SamplingConfig { enabled: true, base_rate: 0.1, min_per_stratum: 7, ..SamplingConfig::default() };
+        let rule = Rule { method: Method::HashByte, ..Rule::new(&config, &[]).expect("rule") };
+        // Strata of 125 to 250 rows, where ceil(rate × n) is the floor, and of 5, under `min_per_stratum`.
+        let ids: Vec<String> = (0..9000).map(|i| format!("old-{i}")).collect();
+        let rows: Vec<StoredRow<'_>> = ids
+            .iter()
+            .enumerate()
+            .map(
+                |(i, id)| {
+                    if i < 8880 {
+                        row(id, ["a", "b", "c"][i % 3], (i % 40) as u64 % 24, 5.0, 0)
+                    } else {
+                        row(id, "d", (i % 24) as u64, 5.0, 0)
+                    }
+                },
+            )
+            .collect();
+        let (decisions, _) = run(&rule, &rows);
+        let byte = |r: &StoredRow<'_>| (twox_hash::XxHash64::oneshot(0, r.request_id.as_bytes()) >> 56) as usize;
+        let mut counts: HashMap<(&str, u64), [u64; 256]> = HashMap::new();
+        rows.iter().for_each(|r| counts.entry((r.business_line, r.timestamp_ms / 3_600_000 % 24)).or_insert([0; 256])[byte(r)] += 1);
+        for (r, d) in rows.iter().zip(&decisions) {
+            let c = &counts[&(r.business_line, r.timestamp_ms / 3_600_000 % 24)];
+            let n: u64 = c.iter().sum();
+            let want = n.min(((0.1 * n as f64).ceil() as u64).max(7));
+            let (mut cut, mut kept) = (26, c[..26].iter().sum::<u64>());
+            while kept < want {
+                kept += c[cut];
+                cut += 1;
+            }
+            assert_eq!(d.is_some(), byte(r) < cut, "{}", r.request_id);
+        }
     }
 
     #[test]
