@@ -19,11 +19,18 @@ figures and medians as JSON. Needs `deploy/local/services.sh up` and
 release binaries (cargo build --release --bins), or INFERLOG_BIN_DIR
 naming the directory of another build.
 
-  deploy/bench/ingest_bench.py [--events 200000] [--runs 3] [--against glue|no-service-metrics]
+  deploy/bench/ingest_bench.py [--events 200000] [--runs 3] [--against glue|no-service-metrics|cluster] [--members 1]
 
 --against no-service-metrics times inferlog-ingest against itself with
 [service_metrics] enabled = false instead of against the glue: what the
 live service metrics cost (the `ratio` is with / without, in events/s).
+
+--against cluster times inferlog-ingest into the single server against
+inferlog-ingest into the local ClickHouse cluster (`services.sh up
+--cluster`: 2 shards x 2 replicas, quorum 2; the topic's even partitions
+on shard 1, odd on shard 2), with --members ingest processes in one group
+on the cluster side; the `ratio` is single / cluster, in events/s (the
+`inferlog` figures are the single server's).
 """
 import argparse
 import json
@@ -89,15 +96,18 @@ class CpuSampler(threading.Thread):
         return {comm: round(cpu, 2) for comm, cpu in used.most_common(5) if cpu >= 0.05}
 
 
-def ch(sql):
-    req = urllib.request.Request(CH, data=sql.encode(), method="POST")
+def ch(sql, url=None):
+    req = urllib.request.Request(url or CH, data=sql.encode(), method="POST")
     with urllib.request.urlopen(req) as r:
         return r.read().decode().strip()
 
 
-def count(table):
+CLUSTER_CH = "http://127.0.0.1:8131"
+
+
+def count(table, url=None):
     try:
-        return int(ch(f"SELECT count() FROM {table}") or 0)
+        return int(ch(f"SELECT count() FROM {table}", url) or 0)
     except Exception:
         return 0
 
@@ -114,15 +124,15 @@ def peak_rss_mb(pid):
     return 0.0
 
 
-def wait_rows(proc, table, n, limit=900):
+def wait_rows(proc, table, n, limit=900, url=None, others=()):
     """Waits until `table` holds `n` rows; returns the process's peak RSS (MB) meanwhile."""
     start = time.monotonic()
     peak = 0.0
     while time.monotonic() - start < limit:
         peak = max(peak, peak_rss_mb(proc.pid))
-        if count(table) >= n:
+        if count(table, url) >= n:
             return peak
-        if proc.poll() is not None and count(table) < n:
+        if any(p.poll() not in (None, 0) for p in (proc, *others)) or (proc.poll() is not None and count(table, url) < n and not others):
             raise SystemExit(f"{table}: process exited early with {proc.returncode}")
         time.sleep(0.1)
     raise SystemExit(f"{table}: timed out")
@@ -171,49 +181,71 @@ def run_glue(topic, n):
     return elapsed, used
 
 
-def run_inferlog(topic, n, workdir, extra_env=None):
+def run_inferlog(topic, n, workdir, extra_env=None, cluster=False, members=1):
     name = f"ingest_{uuid.uuid4().hex[:8]}"
     config = os.path.join(workdir, f"{name}.toml")
+    url = CLUSTER_CH if cluster else CH
+    shards = ""
+    if cluster:
+        shards = '''cluster = "inferlog"
+[[clickhouse.shards]]
+replicas = ["http://127.0.0.1:8131", "http://127.0.0.1:8132"]
+partitions = [0, 2, 4, 6]
+[[clickhouse.shards]]
+replicas = ["http://127.0.0.1:8133", "http://127.0.0.1:8134"]
+partitions = [1, 3, 5, 7]
+'''
     with open(config, "w") as f:
         f.write(f'''[kafka]
 brokers = "{BROKERS}"
 topics = ["{topic}"]
 group_id = "{name}"
 dlq_topic = "{topic}-dlq"
+[ingest]
+metrics_addr = ""
 [clickhouse]
-url = "{CH}"
+url = "{url}"
 database = "inferlog_bench"
 table = "{name}"
 rejects_table = "{name}_rejects"
-[ingest]
-metrics_addr = ""
-''')
+{shards}''')
     env = dict(os.environ, INFERLOG_HASH_KEY_FILE=os.path.join(workdir, "hash.key"), **(extra_env or {}))
     cpu = CpuSampler()
     cpu.start()
     start = time.monotonic()
-    proc = subprocess.Popen([os.path.join(BIN, "inferlog-ingest"), "--config", config, "--exit-when-idle", "5s"],
-                            env=env, stderr=open(os.path.join(workdir, f"{name}.log"), "w"))
-    peak = wait_rows(proc, f"inferlog_bench.{name}", n)
+    procs = [subprocess.Popen([os.path.join(BIN, "inferlog-ingest"), "--config", config, "--exit-when-idle", "5s"],
+                              env=env, stderr=open(os.path.join(workdir, f"{name}-{m}.log"), "w")) for m in range(members)]
+    peak = wait_rows(procs[0], f"inferlog_bench.{name}", n, url=url, others=procs[1:])
     elapsed = time.monotonic() - start
     used = cpu.stop()
     # The peak can still grow until the process exits (its last commit).
-    while proc.poll() is None:
-        peak = max(peak, peak_rss_mb(proc.pid))
+    while procs[0].poll() is None:
+        peak = max(peak, peak_rss_mb(procs[0].pid))
         time.sleep(0.1)
-    for table in (name, f"{name}_rejects"):
-        ch(f"DROP TABLE IF EXISTS inferlog_bench.{table}")
-    return elapsed, proc.returncode, used, peak
+    for p in procs[1:]:
+        p.wait()
+    on = " ON CLUSTER inferlog" if cluster else ""
+    for table in (name, f"{name}_rejects", f"{name}_offsets"):
+        ch(f"DROP TABLE IF EXISTS inferlog_bench.{table}{on}", url)
+        if cluster:
+            ch(f"DROP TABLE IF EXISTS inferlog_bench.{table}_local{on}", url)
+    return elapsed, max(p.returncode for p in procs), used, peak
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--against", choices=["glue", "no-service-metrics"], default="glue")
+    p.add_argument("--against", choices=["glue", "no-service-metrics", "cluster"], default="glue")
+    p.add_argument("--members", type=int, default=1, help="ingest processes on the cluster side of --against cluster")
     args = p.parse_args()
     if args.against == "glue":
         other = ("glue", lambda topic, workdir: run_glue(topic, args.events))
+    elif args.against == "cluster":
+        def on_cluster(topic, workdir):
+            elapsed, _, used, _ = run_inferlog(topic, args.events, workdir, cluster=True, members=args.members)
+            return elapsed, used
+        other = (f"cluster_{args.members}_members", on_cluster)
     else:
         def without(topic, workdir):
             elapsed, _, used, _ = run_inferlog(topic, args.events, workdir, {"INFERLOG_SERVICE_METRICS__ENABLED": "false"})

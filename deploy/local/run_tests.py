@@ -46,8 +46,9 @@ NEEDS = {
     "report": {"clickhouse", "postgres", "s3"},
     "rollups": {"clickhouse", "postgres", "s3"},
     "sampling": {"clickhouse", "postgres", "s3"},
-    # The local ClickHouse cluster (services.sh up --cluster), not the single server.
-    "cluster": {"cluster"},
+    # The local ClickHouse cluster (services.sh up --cluster), not the single server; its
+    # tests stop and kill the cluster's own servers and ZooKeeper, which nothing else uses.
+    "cluster": {"cluster", "kafka", "postgres", "s3"},
     **{name: {"kafka", "clickhouse"} for name in
        ["ingest", "ingest_crash", "ingest_dlq", "ingest_rebalance", "ingest_startup", "ingest_clickhouse_outage",
         "service_metrics", "otlp"]},
@@ -58,7 +59,7 @@ LONGEST = {
     "kafka_broker": 223, "ingest_rebalance": 172, "ingest": 123, "ingest_clickhouse_outage": 103,
     "compactor_s3_outage": 92, "e2e_faults": 74, "ingest_dlq": 60, "compactor": 56, "retention": 54,
     "ingest_crash": 48, "e2e": 42, "kafka_security": 40, "ingest_startup": 29, "erase": 25, "report": 15, "sampling": 60,
-    "rollups": 6, "service_metrics": 40, "otlp": 45,
+    "rollups": 6, "service_metrics": 40, "otlp": 45, "cluster": 200,
 }
 
 

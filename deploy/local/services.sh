@@ -14,7 +14,8 @@
 #   deploy/local/services.sh up --otel  also build (once) and start the OpenTelemetry Collector
 #   deploy/local/services.sh up --cluster  also ZooKeeper and a local ClickHouse cluster (2 shards × 2
 #                                       replicas: s1r1 s1r2 s2r1 s2r2, HTTP 8131-8134, native 9131-9134)
-#   deploy/local/services.sh stop-node|kill-node|start-node NAME, stop-zookeeper|start-zookeeper
+#   deploy/local/services.sh stop-node|kill-node|start-node NAME, stop-shard|start-shard 1|2,
+#                                       stop-zookeeper|start-zookeeper
 #   deploy/local/services.sh up --tests also install what only the tests use (Chromium and its
 #                                       font, Python's websocket-client and pillow); flags combine
 #   deploy/local/services.sh otelcol-bin  build the Collector if missing; print its path
@@ -745,6 +746,11 @@ case "${1:-}" in
   stop-node) node=$(cluster_node "${2:-}") || exit 2; stop_cluster_node $node ;;
   kill-node) cluster_node "${2:-}" >/dev/null || exit 2; kill_cluster_node "$2" ;;
   start-node) node=$(cluster_node "${2:-}") || exit 2; start_cluster_node $node; wait_cluster_node $node ;;
+  # Both servers of shard 1 or 2.
+  stop-shard) for r in 1 2; do node=$(cluster_node "s${2:-}r$r") || exit 2; stop_cluster_node $node; done ;;
+  start-shard)
+    for r in 1 2; do node=$(cluster_node "s${2:-}r$r") || exit 2; start_cluster_node $node; done
+    for r in 1 2; do node=$(cluster_node "s${2}r$r"); wait_cluster_node $node; done ;;
   stop-zookeeper) stop_zookeeper ;;
   start-zookeeper) start_zookeeper ;;
   start-clickhouse) start_clickhouse ;;
@@ -757,5 +763,5 @@ case "${1:-}" in
   stop-kafka) stop_kafka TERM ;;
   kill-kafka) stop_kafka KILL ;;
   start-kafka) start_kafka ;;
-  *) echo "usage: $0 up [--otel]|down|otelcol-bin|status|build-deps|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3|stop-kafka|kill-kafka|start-kafka" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--otel] [--tests] [--cluster]|down|otelcol-bin|status|build-deps|stop-clickhouse|start-clickhouse|restart-clickhouse|restart-postgres|stop-s3|start-s3|stop-kafka|kill-kafka|start-kafka|stop-node|kill-node|start-node NAME|stop-shard|start-shard 1|2|stop-zookeeper|start-zookeeper" >&2; exit 2 ;;
 esac

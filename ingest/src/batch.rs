@@ -13,6 +13,7 @@ use nohash_hasher::IntMap;
 
 use crate::clickhouse_sink::EncodedRows;
 use crate::dlq::Reject;
+use crate::error::IngestError;
 use crate::service_metrics::{Observation, Tally};
 
 /// A topic partition.
@@ -179,18 +180,30 @@ impl Batch {
         self.started.map(|s| s + max_age)
     }
 
-    /// Hands the rows over as one INSERT per day, in day order, without
-    /// copying them: each day-and-partition buffer becomes one chunk.
-    pub fn take_days(&mut self) -> Vec<(u16, EncodedRows)> {
-        std::mem::take(&mut self.days)
-            .into_iter()
-            .filter_map(|(day, groups)| {
-                let ((topic, partition), first) = groups.iter().next().map(|(key, rows)| (key.clone(), rows.first_offset))?;
-                let rows = groups.values().map(|r| r.fingerprints.len()).sum();
-                let chunks = groups.into_values().map(|r| r.bytes.freeze()).collect();
-                Some((day, EncodedRows { chunks, first: (topic, partition, first), rows }))
-            })
-            .collect()
+    /// Hands the rows over as one INSERT per day and shard (`shard_of` a
+    /// partition), in day order, without copying them: each
+    /// day-and-partition buffer becomes one chunk.
+    pub fn take_days<F>(&mut self, shard_of: F) -> Result<Vec<(u16, EncodedRows)>, IngestError>
+    where
+        F: Fn(&str, i32) -> Result<usize, IngestError>,
+    {
+        let mut out = Vec::new();
+        for (day, groups) in std::mem::take(&mut self.days) {
+            let mut shards: BTreeMap<usize, EncodedRows> = BTreeMap::new();
+            for ((topic, partition), rows) in groups {
+                let shard = shard_of(&topic, partition)?;
+                let insert = shards.entry(shard).or_insert_with(|| EncodedRows {
+                    chunks: Vec::new(),
+                    first: (topic.clone(), partition, rows.first_offset),
+                    rows: 0,
+                    shard,
+                });
+                insert.rows += rows.fingerprints.len();
+                insert.chunks.push(rows.bytes.freeze());
+            }
+            out.extend(shards.into_values().map(|rows| (day, rows)));
+        }
+        Ok(out)
     }
 
     /// What the batch covers per partition: the offsets it handled, the
@@ -344,6 +357,10 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
+    fn one_server(_: &str, _: i32) -> Result<usize, IngestError> {
+        Ok(0)
+    }
+
     fn key(partition: i32) -> PartitionKey {
         (Arc::from("events"), partition)
     }
@@ -362,7 +379,7 @@ mod tests {
         let next = Batch::sized_like(&batch, 1 << 20);
         assert_eq!(next.group_capacity, 4, "the largest buffer of the batch before");
 
-        let days = batch.take_days();
+        let days = batch.take_days(one_server).expect("one shard");
         assert_eq!(days.len(), 2);
         let (day, rows) = &days[0];
         assert_eq!(*day, 20_000);
@@ -371,6 +388,28 @@ mod tests {
         assert_eq!(rows.first, (Arc::from("events"), 0, 4));
         assert_eq!(days[1].1.first, (Arc::from("events"), 0, 5));
         assert!(batch.days.is_empty());
+    }
+
+    #[test]
+    fn a_days_rows_split_into_one_insert_per_shard_of_their_partitions() {
+        let mut batch = Batch::default();
+        for (partition, offset) in [(0, 1), (1, 2), (2, 3), (3, 4), (2, 5)] {
+            batch.push_row(20_000, format!("p{partition}o{offset}").as_bytes(), (offset as u64, 0), key(partition), offset);
+        }
+        // Partitions 0 and 2 on the first shard, 1 and 3 on the second.
+        let days = batch.take_days(|_, p| Ok(usize::try_from(p % 2).expect("small"))).expect("mapped");
+        let shards: Vec<(usize, usize, Vec<Bytes>)> = days.into_iter().map(|(_, r)| (r.shard, r.rows, r.chunks)).collect();
+        assert_eq!(
+            shards,
+            vec![
+                (0, 3, vec![Bytes::from_static(b"p0o1"), Bytes::from_static(b"p2o3p2o5")]),
+                (1, 2, vec![Bytes::from_static(b"p1o2"), Bytes::from_static(b"p3o4")]),
+            ]
+        );
+        let mut unmapped = Batch::default();
+        unmapped.push_row(20_000, b"x", (9, 0), key(7), 1);
+        let refused = unmapped.take_days(|_, p| Err(IngestError::Config(format!("partition {p} is in no shard"))));
+        assert!(refused.is_err_and(|e| e.to_string().contains("partition 7")));
     }
 
     #[test]
@@ -408,7 +447,7 @@ mod tests {
         batch.push_row(20_000, b"a0", (1, 0), key(0), 1);
         batch.push_row(20_000, b"b0", (2, 0), key(1), 1);
         let pool = batch.pool();
-        let (_, rows) = batch.take_days().remove(0);
+        let (_, rows) = batch.take_days(one_server).expect("one shard").remove(0);
         let reusable = rows.chunks[0].as_ptr();
         // A retry still holding a buffer keeps it: the pool takes only what nothing else holds.
         let still_held = rows.chunks[1].clone();
@@ -418,7 +457,7 @@ mod tests {
         let mut next = Batch::sized_like(&batch, 1 << 20);
         next.push_row(20_001, b"c", (3, 0), key(0), 2);
         assert_eq!(pool.held(), (0, 0), "the new batch took the written buffer");
-        let (_, rows) = next.take_days().remove(0);
+        let (_, rows) = next.take_days(one_server).expect("one shard").remove(0);
         assert_eq!(rows.chunks, vec![Bytes::from_static(b"c")], "the old rows are gone from it");
         assert_eq!(rows.chunks[0].as_ptr(), reusable, "the same memory, not a new buffer");
         assert_eq!(still_held, Bytes::from_static(b"b0"));

@@ -16,6 +16,12 @@
 //! written. Inserts are synchronous where the server knows `async_insert`,
 //! so an acknowledged insert is a part on disk before its offset is
 //! committed.
+//!
+//! On a ClickHouse cluster (`[clickhouse] cluster`) the tables are created
+//! `ON CLUSTER` (a replicated `<table>_local` per shard and a `Distributed`
+//! `<table>`), and every write and lookup of a Kafka partition goes to the
+//! local tables of the shard the config maps it to, with the shard's
+//! `insert_quorum`: an insert returns only once the quorum holds it.
 
 use std::sync::Arc;
 
@@ -38,6 +44,8 @@ pub struct EncodedRows {
     pub chunks: Vec<Bytes>,
     pub first: (Arc<str>, i32, i64),
     pub rows: usize,
+    /// The shard whose local table takes them (0 on one server).
+    pub shard: usize,
 }
 
 /// A Kafka partition number as the tables store it (`UInt16`). Ingest
@@ -82,15 +90,24 @@ pub struct ServerFeatures {
     pub fsync_after_insert: bool,
 }
 
-/// The hot tier's tables and the one client that writes them.
+/// The hot tier's tables and the clients that write them: one server, or
+/// on a cluster one client per shard, and which shard takes each Kafka
+/// partition. A sink's own queries go to [`ClickHouseSink::shard`]'s.
 #[derive(Clone)]
 pub struct ClickHouseSink {
     /// Bound to the database: inserts and queries (with `async_insert=0`
-    /// once [`ClickHouseSink::prepare`] found the server knows it).
+    /// once [`ClickHouseSink::prepare`] found the server knows it). On a
+    /// cluster, the client of the shard this copy is for (the first one
+    /// until [`ClickHouseSink::shard`] picks another).
     pub(crate) client: Client,
-    /// Not bound to a database: `CREATE DATABASE`.
+    /// Each shard's client (its first replica; one entry on one server),
+    /// with the shard's `insert_quorum`.
+    shards: Arc<[Client]>,
+    /// Not bound to a database: `CREATE DATABASE` and the DDL.
     admin: Client,
+    config: Arc<ClickHouseConfig>,
     pub(crate) database: String,
+    /// The tables ingest writes: on a cluster, the shard-local ones.
     pub(crate) table: String,
     pub(crate) rejects_table: String,
     pub(crate) replay_table: String,
@@ -113,16 +130,55 @@ pub use inferlog_store::hot::parse_version;
 impl ClickHouseSink {
     pub fn new(config: &ClickHouseConfig) -> Result<ClickHouseSink, IngestError> {
         let client = config.client()?;
+        let shards: Arc<[Client]> = if config.cluster.is_none() {
+            Arc::new([client.clone().with_database(&config.database)])
+        } else {
+            let quorum_timeout = config.request_timeout.as_millis().to_string();
+            config
+                .shards
+                .iter()
+                .enumerate()
+                .map(|(i, shard)| {
+                    Ok(config
+                        .client_at(&shard.replicas[0])?
+                        .with_database(&config.database)
+                        .with_setting("insert_quorum", config.quorum(i).to_string())
+                        .with_setting("insert_quorum_timeout", quorum_timeout.clone()))
+                })
+                .collect::<Result<Vec<_>, IngestError>>()?
+                .into()
+        };
+        let written = |name: &str| if config.cluster.is_some() { tables::local_table(name) } else { name.to_owned() };
         Ok(ClickHouseSink {
-            admin: client.clone(),
-            client: client.with_database(&config.database),
+            admin: client,
+            client: shards[0].clone(),
+            shards,
+            config: Arc::new(config.clone()),
             database: config.database.clone(),
-            table: config.table.clone(),
-            rejects_table: config.rejects_table.clone(),
-            replay_table: tables::replay_log_table(&config.table),
+            table: written(&config.table),
+            rejects_table: written(&config.rejects_table),
+            replay_table: written(&tables::replay_log_table(&config.table)),
             fsync_after_insert: config.fsync_after_insert,
             request_timeout: config.request_timeout,
             ids: Arc::new(InsertIds::new(&config.database, &config.table)),
+        })
+    }
+
+    /// This sink with its queries and inserts going to `shard`.
+    pub fn shard(&self, shard: usize) -> ClickHouseSink {
+        ClickHouseSink { client: self.shards[shard].clone(), ..self.clone() }
+    }
+
+    /// The shard storing `partition` of `topic` (0 on one server): an
+    /// error (permanent) when no `[[clickhouse.shards]]` lists it.
+    pub fn shard_of(&self, topic: &str, partition: i32) -> Result<usize, IngestError> {
+        let p = table_partition(topic, partition)?;
+        self.config.shard_of(p).ok_or_else(|| {
+            IngestError::Config(format!(
+                "partition {partition} of topic {topic} is in no [[clickhouse.shards]] partitions list of cluster {}: \
+                 add it to one shard for good (docs/scaling.md)",
+                self.config.cluster.as_deref().unwrap_or("-")
+            ))
         })
     }
 
@@ -162,25 +218,33 @@ impl ClickHouseSink {
             fsync_after_insert: self.knows("merge_tree_settings", "fsync_after_insert").await?,
         };
         let db = &self.database;
-        self.admin.query(&format!("CREATE DATABASE IF NOT EXISTS {db}")).execute().await.map_err(|e| self.error("create", "-", e))?;
+        let on_cluster = self.config.cluster.as_ref().map(|c| format!(" ON CLUSTER {c}")).unwrap_or_default();
+        self.admin.query(&format!("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}")).execute().await.map_err(|e| self.error("create", "-", e))?;
         let fsync = self.fsync_after_insert && features.fsync_after_insert;
+        let read = |name: &str| name.strip_suffix("_local").filter(|_| self.config.cluster.is_some()).unwrap_or(name).to_owned();
         for (shape, table) in [(tables::HOT, &self.table), (tables::REJECTS, &self.rejects_table), (tables::REPLAY_LOG, &self.replay_table)] {
-            let mut ddl = shape.ddl(db, table, version);
+            let mut ddl = match &self.config.cluster {
+                None => vec![shape.ddl(db, table, version)],
+                Some(cluster) => shape.cluster_ddl(db, &read(table), cluster, version).to_vec(),
+            };
             if fsync && shape.what == tables::HOT.what {
-                ddl.push_str("\nSETTINGS fsync_after_insert = 1, fsync_part_directory = 1");
+                ddl[0].push_str("\nSETTINGS fsync_after_insert = 1, fsync_part_directory = 1");
             }
-            self.admin.query(&ddl).execute().await.map_err(|e| self.error("create", table, e))?;
+            for statement in &ddl {
+                self.admin.query(statement).execute().await.map_err(|e| self.error("create", table, e))?;
+            }
             self.check(&shape, table).await?;
         }
         if fsync {
             // A table created before the setting was configured gets it too.
-            let sql = format!("ALTER TABLE {db}.{} MODIFY SETTING fsync_after_insert = 1, fsync_part_directory = 1", self.table);
+            let sql = format!("ALTER TABLE {db}.{}{on_cluster} MODIFY SETTING fsync_after_insert = 1, fsync_part_directory = 1", self.table);
             self.admin.query(&sql).execute().await.map_err(|e| self.error("alter settings", &self.table, e))?;
         } else if self.fsync_after_insert {
             tracing::info!(version = ?version, "this server has no MergeTree setting fsync_after_insert: parts are written without fsync (docs/operations.md, failure model)");
         }
         if features.async_insert {
             self.client = self.client.clone().with_setting("async_insert", "0");
+            self.shards = self.shards.iter().map(|c| c.clone().with_setting("async_insert", "0")).collect();
         }
         tracing::info!(?features, fsync_after_insert = fsync, "clickhouse tables checked");
         Ok(features)
@@ -206,6 +270,13 @@ impl ClickHouseSink {
     async fn check(&self, shape: &Shape, table: &str) -> Result<(), IngestError> {
         let mut existing = self.columns(table).await?;
         let additions = shape.additions(&self.database, table, &existing);
+        if !additions.is_empty() && self.config.cluster.is_some() {
+            return Err(IngestError::TableDrift {
+                table: format!("{}.{table}", self.database),
+                what: shape.what,
+                drift: format!("missing on the cluster; add them ON CLUSTER to the local and the Distributed table: {}", additions.join("; ")),
+            });
+        }
         if !additions.is_empty() {
             for sql in &additions {
                 tracing::info!(table = %format!("{}.{table}", self.database), %sql, "adding a column this release writes");
@@ -246,12 +317,13 @@ impl ClickHouseSink {
             return Ok(());
         }
         let (topic, partition, offset) = &rows.first;
-        if retry && self.landed(&self.table, id, topic, table_partition(topic, *partition)?, *offset as u64).await? {
-            tracing::info!(table = %self.table, rows = rows.rows, "an earlier attempt of this insert landed; not inserting again");
+        let sink = self.shard(rows.shard);
+        if retry && sink.landed(&self.table, id, topic, table_partition(topic, *partition)?, *offset as u64).await? {
+            tracing::info!(table = %self.table, rows = rows.rows, shard = rows.shard + 1, "an earlier attempt of this insert landed; not inserting again");
             return Ok(());
         }
         let table = &self.table;
-        let mut insert = self
+        let mut insert = sink
             .client
             .insert_formatted_with(tables::HOT.insert_sql(&self.database, table, "RowBinary"))
             .with_setting("query_id", self.ids.attempt(id))
@@ -262,14 +334,15 @@ impl ClickHouseSink {
         insert.end().await.map_err(|e| self.error("insert", table, e))
     }
 
-    /// Logs the rejects of one day (one INSERT: atomic), with the same
-    /// landed-already check on retry.
-    pub async fn insert_rejects(&self, rows: &[RejectRow], id: &str, retry: bool) -> Result<(), IngestError> {
+    /// Logs the rejects of one day on one shard (one INSERT: atomic), with
+    /// the same landed-already check on retry.
+    pub async fn insert_rejects(&self, shard: usize, rows: &[RejectRow], id: &str, retry: bool) -> Result<(), IngestError> {
         let Some(first) = rows.first() else { return Ok(()) };
-        if retry && self.landed(&self.rejects_table, id, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
+        let sink = self.shard(shard);
+        if retry && sink.landed(&self.rejects_table, id, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
             return Ok(());
         }
-        self.insert(&self.rejects_table, rows, id).await
+        sink.insert(&self.rejects_table, rows, id).await
     }
 
     /// Whether an attempt of insert `id` landed, the one whose first row
@@ -278,15 +351,16 @@ impl ClickHouseSink {
         in_flight::end_attempts(&self.client, id).await.map_err(|e| self.error("end the attempt before", table, e))?;
         let sql =
             format!("SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ? LIMIT 1", self.database);
-        let rows = self
-            .client
-            .query(&sql)
-            .bind(topic)
-            .bind(partition)
-            .bind(offset)
-            .fetch_all::<OffsetRow>()
-            .await
-            .map_err(|e| self.error("landed-check query", table, e))?;
+        // Only what reached the quorum: an attempt that timed out waiting
+        // for it left its part on one replica, and is sent again (the same
+        // block: the replicas refuse it until the part before reaches its
+        // quorum, then take it once).
+        let mut query = self.client.query(&sql);
+        if self.config.cluster.is_some() {
+            query = query.with_setting("select_sequential_consistency", "1");
+        }
+        let rows =
+            query.bind(topic).bind(partition).bind(offset).fetch_all::<OffsetRow>().await.map_err(|e| self.error("landed-check query", table, e))?;
         Ok(!rows.is_empty())
     }
 

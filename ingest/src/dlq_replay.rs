@@ -252,6 +252,9 @@ pub async fn run(config: Config, options: Options) -> Result<Summary, IngestErro
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
     let normalizer = Normalizer::new(contract, hasher, &config.otlp, 1, None)?;
+    if let Some(cluster) = &config.clickhouse.cluster {
+        return Err(IngestError::Config(format!("dlq replay does not write to a ClickHouse cluster yet (clickhouse.cluster = {cluster:?})")));
+    }
     let (sink, _) = ClickHouseSink::new(&config.clickhouse)?.prepared().await?;
     let catalog = Catalog::connect(&config.postgres).await?;
     let dlq_topic = config.kafka.dlq_topic.clone();
@@ -520,6 +523,7 @@ impl Replay {
                 chunks: vec![Bytes::from(left.iter().flat_map(|c| c.row.iter().copied()).collect::<Vec<u8>>())],
                 first: (Arc::from(first.coordinates.topic.as_str()), first.coordinates.partition, first.coordinates.offset),
                 rows: left.len(),
+                shard: 0,
             };
             match self.sink.insert_rows(&rows, &id, false).await {
                 Ok(()) => Ok(()),

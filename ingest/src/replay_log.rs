@@ -136,22 +136,34 @@ fn plan(entries: &[Entry], from: i64) -> Plan {
 impl ClickHouseSink {
     /// Records `intents` (a batch about to be written) and `done` (batches
     /// now durable) in one INSERT.
+    /// On a cluster, one INSERT per shard, each partition's entries on the
+    /// shard that stores its rows.
     pub async fn log_coverage(&self, intents: &[Coverage], done: &[Coverage], now_ms: i64) -> Result<(), IngestError> {
-        let mut entries = Vec::with_capacity(intents.len() + done.len());
-        for c in done {
-            entries.push(Entry::of(c, DONE, now_ms)?);
+        let mut entries: BTreeMap<usize, Vec<Entry>> = BTreeMap::new();
+        for (state, coverage) in [(DONE, done), (INTENT, intents)] {
+            for c in coverage {
+                entries.entry(self.shard_of(&c.topic, c.partition)?).or_default().push(Entry::of(c, state, now_ms)?);
+            }
         }
-        for c in intents {
-            entries.push(Entry::of(c, INTENT, now_ms)?);
+        for (shard, entries) in entries {
+            self.shard(shard).insert(&self.replay_table, &entries, &self.insert_id()).await?;
         }
-        self.insert(&self.replay_table, &entries, &self.insert_id()).await
+        Ok(())
     }
 
     /// The offsets ≥ `from` of one partition an earlier reader handled,
     /// once the inserts into the pipeline's tables in flight have ended
     /// ([`crate::in_flight`]): a killed writer's last insert lands before
     /// the log and the tables are read, or not at all.
+    /// On a cluster, all of it on the partition's shard, read without
+    /// `select_sequential_consistency`: a part that reached one replica but
+    /// not yet its quorum counts as stored (the replicas take no other
+    /// quorum insert until it reaches it), so it is never written twice.
     pub async fn stored_ranges(&self, topic: &str, partition: i32, from: i64) -> Result<StoredRanges, IngestError> {
+        self.shard(self.shard_of(topic, partition)?).stored_ranges_here(topic, partition, from).await
+    }
+
+    async fn stored_ranges_here(&self, topic: &str, partition: i32, from: i64) -> Result<StoredRanges, IngestError> {
         let p = table_partition(topic, partition)?;
         let waited = in_flight::wait_out(&self.client, self.ids.prefix(), in_flight::GRACE)
             .await

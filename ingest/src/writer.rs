@@ -172,7 +172,7 @@ impl Writer {
         let span_rejects: Vec<&Reject> = batch.rejects.iter().filter(|r| r.span.is_some()).collect();
         self.send_to_dlq(span_rejects).await?;
         let pool = batch.pool();
-        stream::iter(batch.take_days())
+        stream::iter(batch.take_days(|topic, partition| self.sink.shard_of(topic, partition))?)
             .map(|(_day, rows)| self.insert_day(rows, &pool))
             .buffer_unordered(DAYS_AT_ONCE)
             .try_for_each(|()| std::future::ready(Ok(())))
@@ -204,9 +204,9 @@ impl Writer {
         .await
     }
 
-    /// Rejects to their log, one INSERT per day received.
+    /// Rejects to their log, one INSERT per day received (and shard).
     async fn log_rejects(&self, rejects: &[Reject]) -> Result<(), IngestError> {
-        let mut days: BTreeMap<u16, Vec<RejectRow>> = BTreeMap::new();
+        let mut days: BTreeMap<(usize, u16), Vec<RejectRow>> = BTreeMap::new();
         for r in rejects {
             let row = RejectRow {
                 day: reject_day(r.received_ms),
@@ -219,14 +219,14 @@ impl Writer {
                 kafka_offset: r.offset as u64,
                 bytes: r.payload.len() as u32,
             };
-            days.entry(row.day).or_default().push(row);
+            days.entry((self.sink.shard_of(&r.topic, r.partition)?, row.day)).or_default().push(row);
         }
-        for rows in days.into_values() {
+        for ((shard, _), rows) in days {
             let rows = Arc::new(rows);
             let id = self.sink.insert_id();
             self.retry("log rejects", |sink, retry| {
                 let (rows, id) = (rows.clone(), &id);
-                async move { sink.insert_rejects(&rows, id, retry).await }
+                async move { sink.insert_rejects(shard, &rows, id, retry).await }
             })
             .await?;
         }

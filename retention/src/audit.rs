@@ -14,6 +14,7 @@
 //! | `dlq.oldest_exceeds` | a DLQ partition's oldest message is older than the hot policy keeps |
 //! | `dlq.oldest_unknown` | the DLQ partitions' oldest messages could not be read |
 //! | `deleted.still_present` | the audit table records a deletion whose data is still there |
+//! | `replica.stale` | a replica of a ClickHouse cluster still holds a hot day the compactor released or retention deleted |
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -24,7 +25,7 @@ use serde::Serialize;
 use crate::inventory::Inventory;
 
 /// Every cause the audit reports, in the order of the table above.
-pub const CAUSES: [&str; 10] = [
+pub const CAUSES: [&str; 11] = [
     "expired.present",
     "hot.unarchived",
     "manifest.object_missing",
@@ -35,6 +36,7 @@ pub const CAUSES: [&str; 10] = [
     "dlq.oldest_exceeds",
     "dlq.oldest_unknown",
     "deleted.still_present",
+    "replica.stale",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -291,6 +293,22 @@ pub fn audit(inventory: &Inventory, policies: &RetentionConfig, today: Day) -> A
                 _ => "cold",
             };
             v(tier, d.unit.clone(), "deleted.still_present", "the audit table records its deletion, the data is still there".into());
+        }
+    }
+
+    // A cluster's replicas: a hot day released or deleted is gone from each.
+    let gone = |day: Day| {
+        inventory.days.get(&day).is_some_and(|r| r.state == DayState::Released)
+            || inventory.deletions.iter().any(|d| d.tier == "hot" && d.unit == day_string(day))
+    };
+    for replica in &inventory.replicas {
+        for p in replica.partitions.iter().filter(|p| gone(p.day)) {
+            v(
+                "hot",
+                day_string(p.day),
+                "replica.stale",
+                format!("replica {} (shard {}) still holds {} rows of a released day", replica.url, replica.shard + 1, p.rows),
+            );
         }
     }
 

@@ -13,6 +13,10 @@ pub enum RetentionError {
     /// Reading or writing a cold object (erasure): the compactor's error and its class.
     #[error("cold tier: {0}")]
     Cold(#[from] inferlog_compactor::CompactorError),
+    /// The audit could not see all of a tier (a cluster replica that does
+    /// not answer): it exits 2 naming it rather than pass what it did not see.
+    #[error("cannot audit: {0}")]
+    Unaudited(String),
     /// The work is not finished (a lock held elsewhere, a mutation still running): running again finishes it.
     #[error("{0}")]
     Incomplete(String),
@@ -21,7 +25,7 @@ pub enum RetentionError {
 impl RetentionError {
     pub fn class(&self) -> ErrorClass {
         match self {
-            RetentionError::Config(_) => ErrorClass::Fail,
+            RetentionError::Config(_) | RetentionError::Unaudited(_) => ErrorClass::Fail,
             RetentionError::Tier { source, .. } => source.class(),
             RetentionError::Cold(e) => e.class(),
             RetentionError::Incomplete(_) => ErrorClass::Retry,

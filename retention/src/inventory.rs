@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use inferlog_store::catalog::{day_of, Catalog, DayRecord, ManifestEntry};
 use inferlog_store::cold::{ColdObject, ColdStore};
-use inferlog_store::hot::{HotPartition, HotTier};
+use inferlog_store::hot::{HotPartition, HotTier, ReplicaPartitions};
 use inferlog_store::{Day, StoreError};
 use sqlx::Row;
 
@@ -33,6 +33,9 @@ pub struct Inventory {
     /// Day partitions of ingest's replay log, by the day its entries were
     /// written (kept under the hot policy).
     pub replay_log: Vec<HotPartition>,
+    /// On a ClickHouse cluster, each replica's day partitions of the hot
+    /// table (empty on one server).
+    pub replicas: Vec<ReplicaPartitions>,
     pub days: BTreeMap<Day, DayRecord>,
     pub manifest: Vec<ManifestEntry>,
     pub objects: Vec<ColdObject>,
@@ -99,6 +102,8 @@ async fn deletions(catalog: &Catalog) -> Result<Vec<Deletion>, StoreError> {
 
 impl Inventory {
     pub async fn take(stores: &Stores, config: &Config) -> Result<Inventory, RetentionError> {
+        // An audit that cannot see a replica cannot say the replica is clean.
+        let replicas = stores.hot.replica_partitions(&stores.hot.table).await.map_err(|e| RetentionError::Unaudited(e.to_string()))?;
         let hot = stores.hot.partitions().await.map_err(RetentionError::tier("hot"))?;
         let rejects = stores.hot.reject_partitions().await.map_err(RetentionError::tier("rejects"))?;
         let replay_log = stores.hot.replay_log_partitions().await.map_err(RetentionError::tier("replay_log"))?;
@@ -111,7 +116,7 @@ impl Inventory {
         let deletions = deletions(catalog).await.map_err(RetentionError::tier("aggregates"))?;
         let ledger_oldest = catalog.replay_oldest_stored().await.map_err(RetentionError::tier("aggregates"))?;
         let dlq = crate::dlq::inspect(&config.kafka).await;
-        Ok(Inventory { hot, rejects, replay_log, days, manifest, objects, aggregate_days, deletions, ledger_oldest, dlq })
+        Ok(Inventory { hot, rejects, replay_log, replicas, days, manifest, objects, aggregate_days, deletions, ledger_oldest, dlq })
     }
 
     /// Whether the compactor holds a verified archive (and aggregates) of exactly the day's rows.

@@ -8,7 +8,7 @@
 //! secret key) come from the environment or files named here, never from
 //! values in the file or the command line.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -71,6 +71,35 @@ pub struct ClickHouseConfig {
     /// the MergeTree setting `fsync_after_insert` (21.x on; 18.16 has
     /// none: docs/operations.md, failure model). Default: true.
     pub fsync_after_insert: bool,
+    /// The ClickHouse cluster (its `remote_servers` name) the hot tier
+    /// lives on: ingest creates each table `ON CLUSTER` as a replicated
+    /// `<table>_local` per shard and a `Distributed` `<table>` over them,
+    /// and writes each Kafka partition's rows to its shard's local table;
+    /// readers read `<table>` at `url` (any server of the cluster). None:
+    /// one server at `url`. Default: none.
+    pub cluster: Option<String>,
+    /// The cluster's shards, with `cluster`: each shard's replicas and the
+    /// Kafka partitions it stores (docs/scaling.md). Default: none.
+    pub shards: Vec<ShardConfig>,
+    /// Replicas of its shard an INSERT must reach before ingest takes it as
+    /// written and commits its offsets, with `cluster`; 0: a majority of
+    /// the shard's replicas. Default: 0.
+    pub insert_quorum: u32,
+}
+
+/// One shard of `[clickhouse] cluster`, as `[[clickhouse.shards]]`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShardConfig {
+    /// The HTTP URL of each replica of the shard; ingest writes to the
+    /// first that answers. Default: none.
+    pub replicas: Vec<String>,
+    /// The Kafka partitions (of every topic ingest reads) whose rows this
+    /// shard stores: a partition's rows, its retries and its replay
+    /// lookups always meet the same shard. A partition stays on its shard
+    /// for good; one no shard lists is refused when it is assigned.
+    /// Default: none.
+    pub partitions: Vec<u16>,
 }
 
 impl Default for ClickHouseConfig {
@@ -84,6 +113,9 @@ impl Default for ClickHouseConfig {
             password_file: None,
             request_timeout: Duration::from_secs(60),
             fsync_after_insert: true,
+            cluster: None,
+            shards: Vec::new(),
+            insert_quorum: 0,
         }
     }
 }
@@ -100,13 +132,69 @@ impl ClickHouseConfig {
     pub fn validate(&self) -> Result<(), StoreError> {
         identifier(&self.database, "clickhouse.database")?;
         identifier(&self.table, "clickhouse.table")?;
-        identifier(&self.rejects_table, "clickhouse.rejects_table")
+        identifier(&self.rejects_table, "clickhouse.rejects_table")?;
+        let Some(cluster) = &self.cluster else {
+            if !self.shards.is_empty() {
+                return Err(StoreError::Config("clickhouse.shards is set without clickhouse.cluster".into()));
+            }
+            return Ok(());
+        };
+        identifier(cluster, "clickhouse.cluster")?;
+        if self.shards.is_empty() {
+            return Err(StoreError::Config(format!("clickhouse.cluster = {cluster:?} needs its [[clickhouse.shards]]")));
+        }
+        let mut owner: HashMap<u16, usize> = HashMap::new();
+        for (i, shard) in self.shards.iter().enumerate() {
+            let n = i + 1;
+            if shard.replicas.is_empty() {
+                return Err(StoreError::Config(format!("clickhouse.shards[{n}] lists no replicas")));
+            }
+            if self.insert_quorum as usize > shard.replicas.len() {
+                return Err(StoreError::Config(format!(
+                    "clickhouse.insert_quorum = {} is more than the {} replicas of clickhouse.shards[{n}]",
+                    self.insert_quorum,
+                    shard.replicas.len()
+                )));
+            }
+            for p in &shard.partitions {
+                if let Some(other) = owner.insert(*p, n) {
+                    return Err(StoreError::Config(format!("Kafka partition {p} is in clickhouse.shards[{other}] and clickhouse.shards[{n}]")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The shard (0-based) storing Kafka partition `partition`; always 0
+    /// on one server; `None` on a cluster whose shards do not list it.
+    pub fn shard_of(&self, partition: u16) -> Option<usize> {
+        if self.cluster.is_none() {
+            return Some(0);
+        }
+        self.shards.iter().position(|s| s.partitions.contains(&partition))
+    }
+
+    /// Replicas an INSERT into `shard` must reach: `insert_quorum`, else a
+    /// majority of the shard's replicas.
+    pub fn quorum(&self, shard: usize) -> usize {
+        let replicas = self.shards.get(shard).map_or(1, |s| s.replicas.len());
+        if self.insert_quorum > 0 {
+            self.insert_quorum as usize
+        } else {
+            replicas / 2 + 1
+        }
     }
 
     /// A client for this server (not bound to a database).
     pub fn client(&self) -> Result<clickhouse::Client, StoreError> {
+        self.client_at(&self.url)
+    }
+
+    /// A client for the server at `url` (a replica of a shard), with this
+    /// config's user and password.
+    pub fn client_at(&self, url: &str) -> Result<clickhouse::Client, StoreError> {
         let mut client = clickhouse::Client::default()
-            .with_url(&self.url)
+            .with_url(url)
             .with_user(&self.user)
             // 18.16 does not send the column types the validation needs.
             .with_validation(false)
@@ -816,6 +904,34 @@ impl SamplingConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_maps_each_partition_to_one_shard_and_a_majority_quorum() {
+        let shard = |replicas: usize, partitions: Vec<u16>| ShardConfig {
+            replicas: (0..replicas).map(|r| format!("http://ch-{r}:8123")).collect(),
+            partitions,
+        };
+        let mut c =
+            ClickHouseConfig { cluster: Some("c".into()), shards: vec![shard(2, vec![0, 2]), shard(3, vec![1])], ..ClickHouseConfig::default() };
+        c.validate().expect("valid");
+        assert_eq!((c.shard_of(0), c.shard_of(2), c.shard_of(1), c.shard_of(3)), (Some(0), Some(0), Some(1), None));
+        assert_eq!((c.quorum(0), c.quorum(1)), (2, 2), "a majority of 2 and of 3");
+        assert_eq!(ClickHouseConfig::default().shard_of(7), Some(0), "one server holds every partition");
+
+        c.shards[1].partitions.push(2);
+        let e = c.validate().expect_err("partition 2 twice");
+        assert!(e.to_string().contains("Kafka partition 2 is in clickhouse.shards[1] and clickhouse.shards[2]"), "{e}");
+        c.shards[1].partitions.pop();
+        c.insert_quorum = 3;
+        assert!(c.validate().expect_err("3 of 2").to_string().contains("clickhouse.insert_quorum = 3"));
+        c.insert_quorum = 0;
+        c.shards[0].replicas.clear();
+        assert!(c.validate().expect_err("no replicas").to_string().contains("clickhouse.shards[1] lists no replicas"));
+        let no_cluster = ClickHouseConfig { shards: vec![shard(1, vec![0])], ..ClickHouseConfig::default() };
+        assert!(no_cluster.validate().expect_err("shards alone").to_string().contains("without clickhouse.cluster"));
+        let no_shards = ClickHouseConfig { cluster: Some("c".into()), ..ClickHouseConfig::default() };
+        assert!(no_shards.validate().expect_err("cluster alone").to_string().contains("needs its [[clickhouse.shards]]"));
+    }
 
     #[test]
     fn defaults_validate_and_bad_values_are_named() {

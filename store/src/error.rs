@@ -7,6 +7,10 @@ use inferlog_schema::{ErrorClass, SchemaError};
 pub enum StoreError {
     #[error("config: {0}")]
     Config(String),
+    /// A cluster's replica did not confirm a change (it still holds what was
+    /// dropped, or it does not answer): transient, the change is repeated.
+    #[error("not confirmed on the cluster: {0}")]
+    Unconfirmed(String),
     #[error(transparent)]
     Schema(#[from] SchemaError),
     #[error("clickhouse {operation} on {table}: {source}")]
@@ -58,6 +62,7 @@ impl StoreError {
                 _ => ErrorClass::Retry,
             },
             StoreError::Schema(e) => e.class(),
+            StoreError::Unconfirmed(_) => ErrorClass::Retry,
             StoreError::Config(_) | StoreError::Migrate(_) | StoreError::Metrics { .. } => ErrorClass::Fail,
         }
     }

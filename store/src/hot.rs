@@ -90,6 +90,32 @@ pub struct HotTier {
     pub table: String,
     /// The rejects log ([`crate::model::tables::REJECTS`]): under the hot policy too.
     pub rejects_table: String,
+    /// On a cluster: its name and every replica of every shard. Reads go
+    /// through the `Distributed` tables at `url`; partitions are listed,
+    /// merged, dropped and confirmed on the replicas' local tables.
+    cluster: Option<(String, Vec<Replica>)>,
+}
+
+/// One server of a cluster: its shard (0-based), URL and client.
+#[derive(Clone)]
+struct Replica {
+    shard: usize,
+    url: String,
+    client: Client,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica").field("shard", &self.shard).field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+/// One replica's day partitions of a table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaPartitions {
+    pub shard: usize,
+    pub url: String,
+    pub partitions: Vec<HotPartition>,
 }
 
 impl std::fmt::Debug for HotTier {
@@ -106,12 +132,34 @@ pub fn parse_version(v: &str) -> (u32, u32) {
 
 impl HotTier {
     pub fn new(config: &ClickHouseConfig) -> Result<HotTier, StoreError> {
+        let cluster = match &config.cluster {
+            None => None,
+            Some(name) => {
+                let mut replicas = Vec::new();
+                for (shard, s) in config.shards.iter().enumerate() {
+                    for url in &s.replicas {
+                        replicas.push(Replica { shard, url: url.clone(), client: config.client_at(url)? });
+                    }
+                }
+                Some((name.clone(), replicas))
+            }
+        };
         Ok(HotTier {
             client: config.client()?,
             database: config.database.clone(),
             table: config.table.clone(),
             rejects_table: config.rejects_table.clone(),
+            cluster,
         })
+    }
+
+    /// `database.table` as an `ALTER` or `OPTIMIZE` names it: on a
+    /// cluster, the shard-local table `ON CLUSTER`.
+    fn target(&self, table: &str) -> String {
+        match &self.cluster {
+            None => format!("{}.{table}", self.database),
+            Some((name, _)) => format!("{}.{} ON CLUSTER {name}", self.database, crate::model::tables::local_table(table)),
+        }
     }
 
     /// The client, for stage-specific queries.
@@ -143,10 +191,43 @@ impl HotTier {
         self.drop_day_of(&self.rejects_table, day, "drop rejects partition").await
     }
 
-    /// Drops one day partition of `table` (nothing to drop succeeds).
+    /// Drops one day partition of `table` (nothing to drop succeeds). On
+    /// a cluster, on every replica, then confirmed on each: a replica that
+    /// still holds the day, or that does not answer, is an error naming it
+    /// (transient: the drop is queued for it and is repeated).
     async fn drop_day_of(&self, table: &str, day: Day, operation: &'static str) -> Result<(), StoreError> {
-        let sql = format!("ALTER TABLE {}.{table} DROP PARTITION ?", self.database);
-        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error(operation))
+        let sql = format!("ALTER TABLE {} DROP PARTITION ?", self.target(table));
+        self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error(operation))?;
+        for replica in self.replica_partitions(table).await? {
+            if let Some(p) = replica.partitions.iter().find(|p| p.day == day) {
+                return Err(StoreError::Unconfirmed(format!(
+                    "{}.{table}: replica {} (shard {}) still holds {} rows of {} after the drop",
+                    self.database,
+                    replica.url,
+                    replica.shard + 1,
+                    p.rows,
+                    crate::day_string(day)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each replica's day partitions of `table` (its shard-local table);
+    /// empty on one server. A replica that does not answer is an error
+    /// naming it.
+    pub async fn replica_partitions(&self, table: &str) -> Result<Vec<ReplicaPartitions>, StoreError> {
+        let Some((_, replicas)) = &self.cluster else { return Ok(Vec::new()) };
+        let local = crate::model::tables::local_table(table);
+        let mut out = Vec::with_capacity(replicas.len());
+        for r in replicas {
+            let partitions = self
+                .partitions_on(&r.client, &local)
+                .await
+                .map_err(|e| StoreError::Unconfirmed(format!("replica {} (shard {}): {e}", r.url, r.shard + 1)))?;
+            out.push(ReplicaPartitions { shard: r.shard, url: r.url.clone(), partitions });
+        }
+        Ok(out)
     }
 
     /// Every day partition of the replay log (`<table>_offsets`, by the
@@ -174,10 +255,30 @@ impl HotTier {
         self.drop_day_of(&crate::model::tables::replay_log_table(&self.table), day, "drop replay log partition").await
     }
 
+    /// On a cluster, merged over the replicas: a day's rows are the sum
+    /// over the shards of the most any of the shard's replicas holds.
     async fn partitions_of(&self, table: &str) -> Result<Vec<HotPartition>, StoreError> {
+        if self.cluster.is_none() {
+            return self.partitions_on(&self.client, table).await;
+        }
+        let mut days: std::collections::BTreeMap<Day, std::collections::BTreeMap<usize, HotPartition>> = Default::default();
+        for replica in self.replica_partitions(table).await? {
+            for p in replica.partitions {
+                let shard = days.entry(p.day).or_default().entry(replica.shard).or_insert_with(|| HotPartition { day: p.day, rows: 0, bytes: 0 });
+                if p.rows > shard.rows {
+                    *shard = p;
+                }
+            }
+        }
+        Ok(days
+            .into_iter()
+            .map(|(day, shards)| HotPartition { day, rows: shards.values().map(|p| p.rows).sum(), bytes: shards.values().map(|p| p.bytes).sum() })
+            .collect())
+    }
+
+    async fn partitions_on(&self, client: &Client, table: &str) -> Result<Vec<HotPartition>, StoreError> {
         // partition_id of a `PARTITION BY day` (Date) table is YYYYMMDD on 18.16 and current releases.
-        let rows = self
-            .client
+        let rows = client
             .query(
                 "SELECT partition_id, sum(rows) AS rows, sum(bytes_on_disk) AS bytes FROM system.parts \
                  WHERE database = ? AND table = ? AND active GROUP BY partition_id ORDER BY partition_id",
@@ -201,18 +302,30 @@ impl HotTier {
         Ok(partitions)
     }
 
-    /// Active parts of one day's partition.
+    /// Active parts of one day's partition; on a cluster, the most any
+    /// replica holds.
     pub async fn parts(&self, day: Day) -> Result<u64, StoreError> {
-        let row = self
-            .client
-            .query("SELECT count() AS n FROM system.parts WHERE database = ? AND table = ? AND active AND partition_id = ?")
-            .bind(&self.database)
-            .bind(&self.table)
-            .bind(crate::day_string(day).replace('-', ""))
-            .fetch_one::<Count>()
-            .await
-            .map_err(self.error("part count"))?;
-        Ok(row.n)
+        let sql = "SELECT count() AS n FROM system.parts WHERE database = ? AND table = ? AND active AND partition_id = ?";
+        let id = crate::day_string(day).replace('-', "");
+        let Some((_, replicas)) = &self.cluster else {
+            let row = self
+                .client
+                .query(sql)
+                .bind(&self.database)
+                .bind(&self.table)
+                .bind(&id)
+                .fetch_one::<Count>()
+                .await
+                .map_err(self.error("part count"))?;
+            return Ok(row.n);
+        };
+        let local = crate::model::tables::local_table(&self.table);
+        let mut most = 0;
+        for r in replicas {
+            let row = r.client.query(sql).bind(&self.database).bind(&local).bind(&id).fetch_one::<Count>().await.map_err(self.error("part count"))?;
+            most = most.max(row.n);
+        }
+        Ok(most)
     }
 
     /// Merges a closed day into one part, collapsing producer retries
@@ -222,7 +335,7 @@ impl HotTier {
     /// already running, or rows arrived meanwhile).
     pub async fn settle_day(&self, day: Day) -> Result<ReadMode, StoreError> {
         if self.parts(day).await? > 1 {
-            let sql = format!("OPTIMIZE TABLE {} PARTITION ? FINAL", self.qualified());
+            let sql = format!("OPTIMIZE TABLE {} PARTITION ? FINAL", self.target(&self.table));
             self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("optimize partition"))?;
         }
         Ok(if self.parts(day).await? > 1 { ReadMode::Final } else { ReadMode::OnePart })
@@ -300,7 +413,7 @@ impl HotTier {
     /// Starts a mutation deleting every row of `hashes` (on every part,
     /// whatever its day); [`HotTier::mutations_running`] tells when it is done.
     pub async fn delete_users(&self, hashes: &[String]) -> Result<(), StoreError> {
-        let sql = format!("ALTER TABLE {} DELETE WHERE {}", self.qualified(), Self::users_in(hashes));
+        let sql = format!("ALTER TABLE {} DELETE WHERE {}", self.target(&self.table), Self::users_in(hashes));
         let mut query = self.client.query(&sql);
         for h in hashes {
             query = query.bind(h);
@@ -308,9 +421,16 @@ impl HotTier {
         query.execute().await.map_err(self.error("delete a user's rows"))
     }
 
-    /// Mutations of the hot table not yet applied to every part.
+    /// Mutations of the hot table not yet applied to every part (of every replica, on a cluster).
     pub async fn mutations_running(&self) -> Result<u64, StoreError> {
-        self.count_for_table("SELECT count() AS n FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0", "read mutations").await
+        let sql = "SELECT count() AS n FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0";
+        let Some((_, replicas)) = &self.cluster else { return self.count_for_table(sql, "read mutations").await };
+        let local = crate::model::tables::local_table(&self.table);
+        let mut running = 0;
+        for r in replicas {
+            running += r.client.query(sql).bind(&self.database).bind(&local).fetch_one::<Count>().await.map_err(self.error("read mutations"))?.n;
+        }
+        Ok(running)
     }
 
     /// Drops one day's partition. Dropping a day that holds nothing succeeds,

@@ -129,13 +129,23 @@ pub fn committed(topic: &str, group: &str) -> Vec<i64> {
     offsets.into_iter().map(|(_, o)| o).collect()
 }
 
-/// The log start offset per partition.
-pub fn log_starts(topic: &str) -> Vec<i64> {
+/// The log start and end offsets per partition.
+fn watermarks(topic: &str) -> Vec<(i64, i64)> {
     let answer: HashMap<String, (i64, i64)> =
         serde_json::from_str(&kafkatool(&["watermarks", "--topic", topic])).expect("kafkatool watermarks prints JSON");
-    let mut starts: Vec<(i32, i64)> = answer.into_iter().map(|(p, (low, _))| (p.parse().expect("partition"), low)).collect();
-    starts.sort_unstable();
-    starts.into_iter().map(|(_, low)| low).collect()
+    let mut marks: Vec<(i32, (i64, i64))> = answer.into_iter().map(|(p, marks)| (p.parse().expect("partition"), marks)).collect();
+    marks.sort_unstable();
+    marks.into_iter().map(|(_, marks)| marks).collect()
+}
+
+/// The log start offset per partition.
+pub fn log_starts(topic: &str) -> Vec<i64> {
+    watermarks(topic).into_iter().map(|(low, _)| low).collect()
+}
+
+/// The log end offset (the next offset written) per partition.
+pub fn log_ends(topic: &str) -> Vec<i64> {
+    watermarks(topic).into_iter().map(|(_, high)| high).collect()
 }
 
 /// Polls `done` every 200 ms until it is true; fails with `what()` past `limit`.
@@ -192,7 +202,12 @@ pub fn dlq_sources(messages: &[serde_json::Value]) -> HashSet<String> {
 
 /// Runs a query on ClickHouse over HTTP: the trimmed TSV answer, or the error text.
 pub fn try_clickhouse(sql: &str) -> Result<String, String> {
-    let out = Command::new("curl").args(["-sS", "--fail-with-body", "--data-binary", sql, &clickhouse_url()]).output().expect("run curl");
+    try_clickhouse_at(&clickhouse_url(), sql)
+}
+
+/// [`try_clickhouse`] on the server at `url` (a node of the local cluster).
+pub fn try_clickhouse_at(url: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("curl").args(["-sS", "--fail-with-body", "--data-binary", sql, url]).output().expect("run curl");
     let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if out.status.success() {
         Ok(text)

@@ -14,7 +14,7 @@ use inferlog_schema::timestamp::MS_PER_DAY;
 use inferlog_schema::{Contract, ContractConfig, InferenceEvent, ReasonCode, UserIdHasher};
 
 use crate::tiers::{day_string, today, TierScenario};
-use crate::{clickhouse, clickhouse_u64, expected_reasons, kafkatool, read_topic, unique};
+use crate::{expected_reasons, kafkatool, read_topic, unique};
 
 const HASH_KEY: &str = "e2e-test-key-0123456789abcdef";
 
@@ -32,6 +32,8 @@ pub struct Pipeline {
     pub topic: String,
     pub dlq: String,
     pub rejects_table: String,
+    /// The ClickHouse server the checks read (the single server, or a node of the cluster).
+    pub clickhouse: String,
     env: Vec<(String, String)>,
 }
 
@@ -61,7 +63,16 @@ impl Pipeline {
             ("INFERLOG_HASH_KEY_FILE".to_owned(), key_file.to_string_lossy().into_owned()),
             ("INFERLOG_COMPACTOR__LATENESS".to_owned(), "1s".to_owned()),
         ];
-        Pipeline { tiers, topic, dlq, rejects_table, env }
+        Pipeline { tiers, topic, dlq, rejects_table, clickhouse: crate::clickhouse_url(), env }
+    }
+
+    /// A query of the checks, on [`Pipeline::clickhouse`].
+    pub fn try_query(&self, sql: &str) -> Result<String, String> {
+        crate::try_clickhouse_at(&self.clickhouse, sql)
+    }
+
+    fn query_u64(&self, sql: &str) -> u64 {
+        self.try_query(sql).unwrap_or_else(|e| panic!("{e}")).parse().unwrap_or_else(|e| panic!("{sql}: not a number: {e}"))
     }
 
     /// Noon three days from now: both closed days are past the hot policy.
@@ -92,12 +103,9 @@ impl Pipeline {
 
     /// Hot rows + logged rejects: what ingest has made durable so far.
     pub fn ingested(&self) -> u64 {
-        let hot =
-            crate::try_clickhouse(&format!("SELECT count() FROM {}", self.tiers.qualified_table())).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let rejects = crate::try_clickhouse(&format!("SELECT count() FROM inferlog_test.{}", self.rejects_table))
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let hot = self.try_query(&format!("SELECT count() FROM {}", self.tiers.qualified_table())).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let rejects =
+            self.try_query(&format!("SELECT count() FROM inferlog_test.{}", self.rejects_table)).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         hot + rejects
     }
 
@@ -139,8 +147,9 @@ impl Pipeline {
         );
 
         // Hot: exactly today's events, each once.
-        let hot_ids: HashSet<String> = clickhouse(&format!("SELECT request_id FROM {}", s.qualified_table())).lines().map(str::to_owned).collect();
-        let hot_rows = clickhouse_u64(&format!("SELECT count() FROM {}", s.qualified_table()));
+        let hot_ids: HashSet<String> =
+            self.try_query(&format!("SELECT request_id FROM {}", s.qualified_table())).expect("hot ids").lines().map(str::to_owned).collect();
+        let hot_rows = self.query_u64(&format!("SELECT count() FROM {}", s.qualified_table()));
         let today_ids: HashSet<String> = by_day[&today()].iter().map(|e| e.request_id.clone()).collect();
         assert_eq!(hot_rows as usize, hot_ids.len(), "no duplicate hot rows");
         assert_eq!(hot_ids, today_ids, "the hot tier holds exactly today's events");
@@ -211,14 +220,14 @@ impl Pipeline {
         // the archive, the aggregates.
         let text = "concat(request_id, '|', business_line, '|', model_name, '|', model_version, '|', ifNull(tenant, ''), '|', \
                     ifNull(session_id, ''), '|', ifNull(request_type, ''), '|', ifNull(error_stage, ''), '|', ifNull(user_id_hash, ''))";
-        assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {} WHERE match({text}, '{PLAINTEXT}')", s.qualified_table())), 0, "hot tier");
+        assert_eq!(self.query_u64(&format!("SELECT count() FROM {} WHERE match({text}, '{PLAINTEXT}')", s.qualified_table())), 0, "hot tier");
         let rejects = format!("inferlog_test.{}", self.rejects_table);
         assert_eq!(
-            clickhouse_u64(&format!("SELECT count() FROM {rejects} WHERE match(concat(field, '|', message), '{PLAINTEXT}')")),
+            self.query_u64(&format!("SELECT count() FROM {rejects} WHERE match(concat(field, '|', message), '{PLAINTEXT}')")),
             0,
             "rejects log"
         );
-        assert_eq!(clickhouse_u64(&format!("SELECT uniqExact(kafka_partition, kafka_offset) FROM {rejects}")), rejected as u64, "rejects logged");
+        assert_eq!(self.query_u64(&format!("SELECT uniqExact(kafka_partition, kafka_offset) FROM {rejects}")), rejected as u64, "rejects logged");
         let cold_hits: u64 = objects.iter().map(|o| o["plaintext_hits"].as_u64().expect("hits")).sum();
         assert_eq!(cold_hits, 0, "cold tier");
         let pg_pattern = PLAINTEXT.replace("\\\\", "\\");
@@ -292,11 +301,11 @@ fn normalized_by(events: &[GeneratedEvent], contract: &ContractConfig, expected:
 }
 
 fn services_sh(action: &str) -> std::process::ExitStatus {
-    Command::new("bash").arg(crate::repo_root().join("deploy/local/services.sh")).arg(action).status().expect("services.sh")
+    Command::new("bash").arg(crate::repo_root().join("deploy/local/services.sh")).args(action.split_whitespace()).status().expect("services.sh")
 }
 
 /// Runs `deploy/local/services.sh ACTION` (stop, start or restart a shared
-/// server) and asserts that it worked.
+/// server; words split on spaces, as `kill-node s1r2`) and asserts that it worked.
 pub fn services(action: &str) {
     assert!(services_sh(action).success(), "services.sh {action}");
 }

@@ -34,17 +34,35 @@ pub fn insert_hot(clickhouse_url: &str, database: &str, table: &str, events: &[I
         rejects_table: format!("{table}_rejects"),
         ..ClickHouseConfig::default()
     };
+    insert_hot_with(&config, events, 1);
+}
+
+/// Creates the tables of `config` as ingest does (on its cluster, if it
+/// names one) and inserts `events`, the `i`th from Kafka partition `i %
+/// partitions`: one INSERT per day, shard and 100k rows, each on the shard
+/// `config` maps its partitions to.
+pub fn insert_hot_with(config: &ClickHouseConfig, events: &[InferenceEvent], partitions: u16) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let (sink, _) = ClickHouseSink::new(&config).expect("sink").prepared().await.expect("create the hot table");
+        let (sink, _) = ClickHouseSink::new(config).expect("sink").prepared().await.expect("create the hot table");
         let topic: Arc<str> = Arc::from("seeded");
         // Ingestion time follows the event time, so the same events make the same rows (and archives) in every run.
-        let mut rows: Vec<HotRow> =
-            events.iter().enumerate().map(|(i, e)| HotRow::new(e.clone(), topic.clone(), 0, i as i64, (e.timestamp_ms / 1000 + 2) as u32)).collect();
-        rows.sort_by_key(|r| (r.day, r.kafka_offset));
-        for day_rows in rows.chunk_by(|a, b| a.day == b.day) {
-            for chunk in day_rows.chunks(100_000) {
-                sink.insert_rows(&encoded(chunk), &sink.insert_id(), false).await.expect("insert seeded rows");
+        let mut rows: Vec<(usize, HotRow)> = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let partition = (i % usize::from(partitions)) as u16;
+                let shard = sink.shard_of("seeded", i32::from(partition)).expect("a mapped partition");
+                (shard, HotRow::new(e.clone(), topic.clone(), partition, i as i64, (e.timestamp_ms / 1000 + 2) as u32))
+            })
+            .collect();
+        rows.sort_by_key(|(shard, r)| (r.day, *shard, r.kafka_partition, r.kafka_offset));
+        for group in rows.chunk_by(|a, b| (a.1.day, a.0) == (b.1.day, b.0)) {
+            let shard = group[0].0;
+            let group: Vec<HotRow> = group.iter().map(|(_, r)| r.clone()).collect();
+            for chunk in group.chunks(100_000) {
+                let rows = EncodedRows { shard, ..encoded(chunk) };
+                sink.insert_rows(&rows, &sink.insert_id(), false).await.expect("insert seeded rows");
             }
         }
     });
@@ -57,5 +75,5 @@ pub fn encoded(rows: &[HotRow]) -> EncodedRows {
         row.encode(&mut bytes);
     }
     let first = rows.first().map_or_else(|| (Arc::from(""), 0, 0), |r| (r.kafka_topic.clone(), i32::from(r.kafka_partition), r.kafka_offset as i64));
-    EncodedRows { chunks: vec![bytes::Bytes::from(bytes)], first, rows: rows.len() }
+    EncodedRows { chunks: vec![bytes::Bytes::from(bytes)], first, rows: rows.len(), shard: 0 }
 }
