@@ -59,7 +59,7 @@ LONGEST = {
     "kafka_broker": 223, "ingest_rebalance": 172, "ingest": 123, "ingest_clickhouse_outage": 103,
     "compactor_s3_outage": 92, "e2e_faults": 74, "ingest_dlq": 60, "compactor": 56, "retention": 54,
     "ingest_crash": 48, "e2e": 42, "kafka_security": 40, "ingest_startup": 29, "erase": 25, "report": 15, "sampling": 60,
-    "rollups": 6, "service_metrics": 40, "otlp": 45, "cluster": 200,
+    "rollups": 6, "service_metrics": 40, "otlp": 45, "cluster": 260,
 }
 
 

@@ -29,8 +29,8 @@ use inferlog_tests::{committed, log_ends, wait_for, Scenario};
 const NODES: [(&str, u32, u16); 4] = [("s1r1", 1, 8131), ("s1r2", 1, 8132), ("s2r1", 2, 8133), ("s2r2", 2, 8134)];
 const CLUSTER: &str = "inferlog";
 
-/// One fault at a time on the shared cluster: the tests that stop or kill
-/// its servers take turns.
+/// One test at a time on the shared cluster: a test that stops or kills
+/// its servers would fail any other test running beside it.
 static FAULTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const DATABASE: &str = "inferlog_test";
 
@@ -55,6 +55,7 @@ fn count(port: u16, table: &str) -> u64 {
 
 #[test]
 fn each_shape_is_replicated_per_shard_and_distributed_and_a_resent_block_is_stored_once() {
+    let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let up = Command::new("curl").args(["-sf", "http://127.0.0.1:8131/ping"]).output().expect("curl");
     assert!(up.status.success(), "the local cluster is not up: run deploy/local/services.sh up --cluster");
     let version = inferlog_store::hot::parse_version(&on(8131, "SELECT version()", "", None));
@@ -442,6 +443,7 @@ fn zookeeper_stopped_for_20_seconds_loses_nothing() {
 /// partitions over after the session timeout: every event once.
 #[test]
 fn two_members_writing_to_both_shards_one_killed_store_every_event_once() {
+    let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     cluster_up();
     let s = on_cluster(Scenario::new("clgroup", 4, "batch_max_rows = 2000\n"));
     let events = inferlog_tests::generate(60_000, 0.01, 3333, 3);
@@ -478,6 +480,7 @@ fn two_members_writing_to_both_shards_one_killed_store_every_event_once() {
 /// figures, a clean audit of every replica.
 #[test]
 fn the_end_to_end_reconciliation_holds_on_the_cluster() {
+    let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     cluster_up();
     let mut p = Pipeline::new("e2ecl", 4);
     let config = std::fs::read_to_string(&p.tiers.config).expect("config");
