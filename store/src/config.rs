@@ -185,6 +185,17 @@ impl ClickHouseConfig {
         }
     }
 
+    /// Replicas of `shard` that must answer, and agree, before a day read
+    /// from it counts: enough that any of them shares every insert's
+    /// quorum (read + write quorum > replicas), so they cannot all miss
+    /// a row that was acknowledged. With the default majority quorum a
+    /// shard of two replicas needs one answer; with `insert_quorum = 1`,
+    /// both.
+    pub fn read_quorum(&self, shard: usize) -> usize {
+        let replicas = self.shards.get(shard).map_or(1, |s| s.replicas.len());
+        replicas + 1 - self.quorum(shard).min(replicas)
+    }
+
     /// A client for this server (not bound to a database).
     pub fn client(&self) -> Result<clickhouse::Client, StoreError> {
         self.client_at(&self.url)
@@ -916,6 +927,10 @@ mod tests {
         c.validate().expect("valid");
         assert_eq!((c.shard_of(0), c.shard_of(2), c.shard_of(1), c.shard_of(3)), (Some(0), Some(0), Some(1), None));
         assert_eq!((c.quorum(0), c.quorum(1)), (2, 2), "a majority of 2 and of 3");
+        assert_eq!((c.read_quorum(0), c.read_quorum(1)), (1, 2), "any 1 of 2 holds what 2 acknowledged; 2 of 3 meet any 2");
+        c.insert_quorum = 1;
+        assert_eq!((c.read_quorum(0), c.read_quorum(1)), (2, 3), "a row on one replica: every replica must answer");
+        c.insert_quorum = 0;
         assert_eq!(ClickHouseConfig::default().shard_of(7), Some(0), "one server holds every partition");
 
         c.shards[1].partitions.push(2);

@@ -53,6 +53,22 @@ impl DayFingerprint {
     pub const EMPTY: DayFingerprint =
         DayFingerprint { rows: 0, input_tokens: 0, output_tokens: 0, errors: 0, min_timestamp_ms: 0, max_timestamp_ms: 0 };
 
+    /// The fingerprint of two disjoint sets of rows together (two shards' days).
+    pub fn plus(&self, other: &DayFingerprint) -> DayFingerprint {
+        match (self.rows, other.rows) {
+            (0, _) => *other,
+            (_, 0) => *self,
+            _ => DayFingerprint {
+                rows: self.rows + other.rows,
+                input_tokens: self.input_tokens + other.input_tokens,
+                output_tokens: self.output_tokens + other.output_tokens,
+                errors: self.errors + other.errors,
+                min_timestamp_ms: self.min_timestamp_ms.min(other.min_timestamp_ms),
+                max_timestamp_ms: self.max_timestamp_ms.max(other.max_timestamp_ms),
+            },
+        }
+    }
+
     /// A stable text form, stored in the catalog.
     pub fn encode(&self) -> String {
         format!(
@@ -93,7 +109,17 @@ pub struct HotTier {
     /// On a cluster: its name and every replica of every shard. Reads go
     /// through the `Distributed` tables at `url`; partitions are listed,
     /// merged, dropped and confirmed on the replicas' local tables.
-    cluster: Option<(String, Vec<Replica>)>,
+    cluster: Option<Cluster>,
+}
+
+/// A cluster as the hot tier reads it.
+#[derive(Debug, Clone)]
+struct Cluster {
+    name: String,
+    replicas: Vec<Replica>,
+    /// Per shard: how many of its replicas must answer, and agree, for a
+    /// day's fingerprint to stand ([`ClickHouseConfig::read_quorum`]).
+    read_quorum: Vec<usize>,
 }
 
 /// One server of a cluster: its shard (0-based), URL and client.
@@ -141,7 +167,8 @@ impl HotTier {
                         replicas.push(Replica { shard, url: url.clone(), client: config.client_at(url)? });
                     }
                 }
-                Some((name.clone(), replicas))
+                let read_quorum = (0..config.shards.len()).map(|s| config.read_quorum(s)).collect();
+                Some(Cluster { name: name.clone(), replicas, read_quorum })
             }
         };
         Ok(HotTier {
@@ -158,7 +185,7 @@ impl HotTier {
     fn target(&self, table: &str) -> String {
         match &self.cluster {
             None => format!("{}.{table}", self.database),
-            Some((name, _)) => format!("{}.{} ON CLUSTER {name}", self.database, crate::model::tables::local_table(table)),
+            Some(c) => format!("{}.{} ON CLUSTER {}", self.database, crate::model::tables::local_table(table), c.name),
         }
     }
 
@@ -217,10 +244,10 @@ impl HotTier {
     /// empty on one server. A replica that does not answer is an error
     /// naming it.
     pub async fn replica_partitions(&self, table: &str) -> Result<Vec<ReplicaPartitions>, StoreError> {
-        let Some((_, replicas)) = &self.cluster else { return Ok(Vec::new()) };
+        let Some(cluster) = &self.cluster else { return Ok(Vec::new()) };
         let local = crate::model::tables::local_table(table);
-        let mut out = Vec::with_capacity(replicas.len());
-        for r in replicas {
+        let mut out = Vec::with_capacity(cluster.replicas.len());
+        for r in &cluster.replicas {
             let partitions = self
                 .partitions_on(&r.client, &local)
                 .await
@@ -307,7 +334,7 @@ impl HotTier {
     pub async fn parts(&self, day: Day) -> Result<u64, StoreError> {
         let sql = "SELECT count() AS n FROM system.parts WHERE database = ? AND table = ? AND active AND partition_id = ?";
         let id = crate::day_string(day).replace('-', "");
-        let Some((_, replicas)) = &self.cluster else {
+        let Some(cluster) = &self.cluster else {
             let row = self
                 .client
                 .query(sql)
@@ -321,7 +348,7 @@ impl HotTier {
         };
         let local = crate::model::tables::local_table(&self.table);
         let mut most = 0;
-        for r in replicas {
+        for r in &cluster.replicas {
             let row = r.client.query(sql).bind(&self.database).bind(&local).bind(&id).fetch_one::<Count>().await.map_err(self.error("part count"))?;
             most = most.max(row.n);
         }
@@ -341,16 +368,78 @@ impl HotTier {
         Ok(if self.parts(day).await? > 1 { ReadMode::Final } else { ReadMode::OnePart })
     }
 
-    /// The fingerprint of one day's rows (read as `mode` says: after collapsing producer retries).
+    /// The fingerprint of one day's rows (read as `mode` says: after
+    /// collapsing producer retries). On a cluster, the sum over the shards
+    /// of each shard's fingerprint, computed on its local table by every
+    /// replica at once: the replicas that answer must agree, and be at
+    /// least the shard's read quorum, else the day is not settled on the
+    /// cluster yet ([`StoreError::Unconfirmed`], transient). The archive
+    /// is read through the `Distributed` table and verified against this
+    /// sum, so a `remote_servers` that disagrees with the configured
+    /// shards is caught too.
     pub async fn fingerprint(&self, day: Day, mode: ReadMode) -> Result<DayFingerprint, StoreError> {
+        let Some(cluster) = &self.cluster else {
+            return self.fingerprint_on(&self.client, &self.qualified(), day, mode).await;
+        };
+        let local = format!("{}.{}", self.database, crate::model::tables::local_table(&self.table));
+        let answers = futures_util::future::join_all(cluster.replicas.iter().map(|r| self.fingerprint_on(&r.client, &local, day, mode))).await;
+        let mut total = DayFingerprint::EMPTY;
+        for (shard, &needed) in cluster.read_quorum.iter().enumerate() {
+            let mut agreed: Option<(&str, DayFingerprint)> = None;
+            let mut answered = 0;
+            let mut silent = Vec::new();
+            for (r, answer) in cluster.replicas.iter().zip(&answers).filter(|(r, _)| r.shard == shard) {
+                let fp = match answer {
+                    Ok(fp) => *fp,
+                    Err(e) => {
+                        silent.push(format!("{} ({e})", r.url));
+                        continue;
+                    }
+                };
+                answered += 1;
+                match agreed {
+                    None => agreed = Some((&r.url, fp)),
+                    Some((first, other)) if other != fp => {
+                        return Err(StoreError::Unconfirmed(format!(
+                            "{local}: the replicas of shard {} disagree on {}: {first} has {}, {} has {} (replication is behind)",
+                            shard + 1,
+                            crate::day_string(day),
+                            other.encode(),
+                            r.url,
+                            fp.encode()
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if answered < needed {
+                return Err(StoreError::Unconfirmed(format!(
+                    "{local}: {answered} replicas of shard {} answered for {}, {needed} needed: {}",
+                    shard + 1,
+                    crate::day_string(day),
+                    silent.join(", ")
+                )));
+            }
+            let fp = agreed.map_or(DayFingerprint::EMPTY, |(_, fp)| fp);
+            tracing::debug!(table = %local, shard = shard + 1, day = %crate::day_string(day), fingerprint = %fp.encode(), "shard fingerprint");
+            total = total.plus(&fp);
+        }
+        Ok(total)
+    }
+
+    async fn fingerprint_on(&self, client: &Client, table: &str, day: Day, mode: ReadMode) -> Result<DayFingerprint, StoreError> {
         let sql = format!(
             "SELECT count() AS rows, sum(toUInt64(input_tokens)) AS input_tokens, sum(toUInt64(output_tokens)) AS output_tokens, \
              countIf(error_code != 0) AS errors, min(timestamp_ms) AS min_timestamp_ms, max(timestamp_ms) AS max_timestamp_ms \
-             FROM {} {} WHERE day = toDate(?)",
-            self.qualified(),
+             FROM {table} {} WHERE day = toDate(?)",
             mode.modifier()
         );
-        let fp = self.client.query(&sql).bind(crate::day_string(day)).fetch_one::<DayFingerprint>().await.map_err(self.error("fingerprint"))?;
+        let fp = client
+            .query(&sql)
+            .bind(crate::day_string(day))
+            .fetch_one::<DayFingerprint>()
+            .await
+            .map_err(StoreError::clickhouse("fingerprint", table))?;
         Ok(if fp.rows == 0 { DayFingerprint::EMPTY } else { fp })
     }
 
@@ -424,10 +513,10 @@ impl HotTier {
     /// Mutations of the hot table not yet applied to every part (of every replica, on a cluster).
     pub async fn mutations_running(&self) -> Result<u64, StoreError> {
         let sql = "SELECT count() AS n FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0";
-        let Some((_, replicas)) = &self.cluster else { return self.count_for_table(sql, "read mutations").await };
+        let Some(cluster) = &self.cluster else { return self.count_for_table(sql, "read mutations").await };
         let local = crate::model::tables::local_table(&self.table);
         let mut running = 0;
-        for r in replicas {
+        for r in &cluster.replicas {
             running += r.client.query(sql).bind(&self.database).bind(&local).fetch_one::<Count>().await.map_err(self.error("read mutations"))?.n;
         }
         Ok(running)
@@ -437,5 +526,20 @@ impl HotTier {
     /// so a drop repeated after a crash is harmless.
     pub async fn drop_day(&self, day: Day) -> Result<(), StoreError> {
         self.drop_day_of(&self.table, day, "drop partition").await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_shards_fingerprints_add_up_and_an_empty_shard_adds_nothing() {
+        let a = DayFingerprint { rows: 3, input_tokens: 30, output_tokens: 7, errors: 1, min_timestamp_ms: 500, max_timestamp_ms: 900 };
+        let b = DayFingerprint { rows: 2, input_tokens: 5, output_tokens: 4, errors: 0, min_timestamp_ms: 100, max_timestamp_ms: 600 };
+        let sum = DayFingerprint { rows: 5, input_tokens: 35, output_tokens: 11, errors: 1, min_timestamp_ms: 100, max_timestamp_ms: 900 };
+        assert_eq!((a.plus(&b), b.plus(&a)), (sum, sum));
+        // An empty shard's zero timestamps must not become the day's first.
+        assert_eq!((a.plus(&DayFingerprint::EMPTY), DayFingerprint::EMPTY.plus(&a)), (a, a));
     }
 }

@@ -398,6 +398,13 @@ pub fn http_get(addr: &str, path: &str) -> String {
 }
 
 /// Sends SIGTERM to `child` and waits for it up to `limit` (see [`wait_with_limit`]).
+/// A `/proc/<pid>/status` figure in KiB (`field`: `VmRSS:`, the resident
+/// memory now; `VmHWM:`, its peak); 0 once the process is gone.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
 pub fn sigterm(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
     assert!(term.success(), "kill -TERM {}", child.id());

@@ -47,21 +47,16 @@ pub fn insert_hot_with(config: &ClickHouseConfig, events: &[InferenceEvent], par
         let (sink, _) = ClickHouseSink::new(config).expect("sink").prepared().await.expect("create the hot table");
         let topic: Arc<str> = Arc::from("seeded");
         // Ingestion time follows the event time, so the same events make the same rows (and archives) in every run.
-        let mut rows: Vec<(usize, HotRow)> = events
+        let mut rows: Vec<HotRow> = events
             .iter()
             .enumerate()
-            .map(|(i, e)| {
-                let partition = (i % usize::from(partitions)) as u16;
-                let shard = sink.shard_of("seeded", i32::from(partition)).expect("a mapped partition");
-                (shard, HotRow::new(e.clone(), topic.clone(), partition, i as i64, (e.timestamp_ms / 1000 + 2) as u32))
-            })
+            .map(|(i, e)| HotRow::new(e.clone(), topic.clone(), (i % usize::from(partitions)) as u16, i as i64, (e.timestamp_ms / 1000 + 2) as u32))
             .collect();
-        rows.sort_by_key(|(shard, r)| (r.day, *shard, r.kafka_partition, r.kafka_offset));
-        for group in rows.chunk_by(|a, b| (a.1.day, a.0) == (b.1.day, b.0)) {
-            let shard = group[0].0;
-            let group: Vec<HotRow> = group.iter().map(|(_, r)| r.clone()).collect();
+        let shard = |r: &HotRow| sink.shard_of("seeded", i32::from(r.kafka_partition)).expect("a mapped partition");
+        rows.sort_by_key(|r| (r.day, shard(r), r.kafka_partition, r.kafka_offset));
+        for group in rows.chunk_by(|a, b| (a.day, shard(a)) == (b.day, shard(b))) {
             for chunk in group.chunks(100_000) {
-                let rows = EncodedRows { shard, ..encoded(chunk) };
+                let rows = EncodedRows { shard: shard(&chunk[0]), ..encoded(chunk) };
                 sink.insert_rows(&rows, &sink.insert_id(), false).await.expect("insert seeded rows");
             }
         }

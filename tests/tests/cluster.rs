@@ -56,8 +56,7 @@ fn count(port: u16, table: &str) -> u64 {
 #[test]
 fn each_shape_is_replicated_per_shard_and_distributed_and_a_resent_block_is_stored_once() {
     let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let up = Command::new("curl").args(["-sf", "http://127.0.0.1:8131/ping"]).output().expect("curl");
-    assert!(up.status.success(), "the local cluster is not up: run deploy/local/services.sh up --cluster");
+    cluster_up();
     let version = inferlog_store::hot::parse_version(&on(8131, "SELECT version()", "", None));
     let table = inferlog_tests::unique("cluster").to_ascii_lowercase();
     let rejects = format!("{table}_rejects");
@@ -190,6 +189,15 @@ fn on_cluster(s: Scenario) -> Scenario {
         on(8131, &statement, "", None);
     }
     s
+}
+
+/// Runs its closure when dropped: undoes a fault when a test fails.
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
 }
 
 /// The shard of a node's partitions, as [`cluster_scenario`] maps them.
@@ -406,7 +414,7 @@ fn ingest_through(name: &str, fault: &'static str, repair: &'static str, hold: D
     let (started, mut peak) = (std::time::Instant::now(), 0);
     while started.elapsed() < hold {
         std::thread::sleep(Duration::from_millis(500));
-        peak = peak.max(rss_kib(child.id()));
+        peak = peak.max(inferlog_tests::status_kib(child.id(), "VmRSS:"));
         assert!(child.try_wait().expect("try_wait").is_none(), "ingest keeps running through {fault}: {}", s.log("ingest.log"));
     }
     let held = committed(&s.topic, &s.group);
@@ -414,12 +422,6 @@ fn ingest_through(name: &str, fault: &'static str, repair: &'static str, hold: D
     services(repair);
     recovered(&s, &mut child, &ends, &events);
     peak
-}
-
-/// Resident memory of `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Test 3 of issue 31: shard 2 (both its servers) down for 30 s.
@@ -492,4 +494,95 @@ fn the_end_to_end_reconciliation_holds_on_the_cluster() {
     p.run_ok("inferlog-compactor", &["--once"], "compactor.log");
     p.run_ok("inferlog-retention", &["enforce", "--now", &Pipeline::later()], "retention.log");
     p.reconcile(&events, None);
+}
+
+/// The compactor reads a day only once the replicas of each of its shards
+/// agree on it. With `insert_quorum = 1` an acknowledged row may be on one
+/// replica only, so every replica must answer and agree. Here s1r2's
+/// fetches are stopped while the rows are written to s1r1: the compactor
+/// archives nothing (exit 75, each day's error names the replica behind)
+/// until s1r2 has caught up; then every day is archived whole from both
+/// shards and the days past the policy released. `inferlog-report` then
+/// answers over both tiers through the `Distributed` table, its figures
+/// equal to the events'.
+#[test]
+fn a_day_is_archived_only_once_the_replicas_of_each_shard_agree_and_the_report_reads_both_tiers() {
+    let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    cluster_up();
+    let s = TierScenario::new("clagree", "[retention]\nhot_days = 7\naggregate_days = 20\ncold_days = 25\n");
+    let config = std::fs::read_to_string(&s.config).expect("config");
+    let config = on_the_cluster(&config).replacen("cluster = ", "insert_quorum = 1\ncluster = ", 1);
+    std::fs::write(&s.config, config).expect("write config");
+    let mut clickhouse = cluster_clickhouse(&s.table, &format!("{}_rejects", s.id));
+    clickhouse.insert_quorum = 1;
+    inferlog_store::ClickHouseConfig::validate(&clickhouse).expect("valid");
+    // The tables first, so that s1r2's fetches of this table can be stopped.
+    inferlog_tests::seed::insert_hot_with(&clickhouse, &[], 4);
+    let local = format!("{DATABASE}.{}", local_table(&s.table));
+    let start_fetches = format!("SYSTEM START FETCHES {local}");
+    // Whatever the outcome, s1r2 fetches again (no assertion in a drop).
+    let _restart = Defer(|| drop(Command::new("curl").args(["-sS", "http://127.0.0.1:8132/", "--data-binary", &start_fetches]).output()));
+    on(8132, &format!("SYSTEM STOP FETCHES {local}"), "", None);
+
+    let last = today() - 2;
+    let events = TierScenario::events(12_000, 10, last, 71);
+    inferlog_tests::seed::insert_hot_with(&clickhouse, &events, 4);
+    let mut per_day: BTreeMap<i32, u64> = BTreeMap::new();
+    events.iter().for_each(|e| *per_day.entry((e.timestamp_ms / MS_PER_DAY) as i32).or_default() += 1);
+    assert_eq!(on(8132, &format!("SELECT count() FROM {local}"), "", None), "0", "s1r2 has fetched nothing");
+    assert!(count(8131, &local_table(&s.table)) > 0, "s1r1 holds shard 1's rows");
+
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "behind.log");
+    assert_eq!(code, 75, "a transient wait: {}", s.log("behind.log"));
+    assert_eq!(s.psql("SELECT count(*) FROM compactor_days WHERE state <> 'archiving'"), "0", "no day got past archiving");
+    assert_eq!(s.psql("SELECT count(*) FROM cold_manifest"), "0", "nothing archived");
+    let behind = s.log("behind.log");
+    let waits =
+        behind.lines().filter(|l| l.contains("day not completed") && l.contains("replicas of shard 1 disagree") && l.contains("127.0.0.1:8132"));
+    assert_eq!(waits.count(), per_day.len(), "each day waits, naming the replica behind: {behind}");
+
+    on(8132, &start_fetches, "", None);
+    let s1r1 = count(8131, &local_table(&s.table));
+    wait_for(
+        Duration::from_secs(60),
+        || on(8132, &format!("SELECT count() FROM {local}"), "", None) == s1r1.to_string(),
+        || "s1r2 catches up".into(),
+    );
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+    let done = s.psql("SELECT day, state FROM compactor_days ORDER BY day");
+    let expected: Vec<String> =
+        per_day.keys().map(|d| format!("{}\t{}", day_string(*d), if *d < today() - 7 { "released" } else { "aggregated" })).collect();
+    assert_eq!(done.lines().collect::<Vec<_>>(), expected, "every day archived, the old ones released");
+    for (day, n) in &per_day {
+        let represented = s.psql(&format!("SELECT sum(represented_rows) FROM cold_manifest WHERE day = '{}'", day_string(*day)));
+        assert_eq!(represented, n.to_string(), "{} archived whole, both shards", day_string(*day));
+    }
+
+    // The report, over the released days (aggregates) and the hot ones (through Distributed).
+    let (from, to) = (day_string(last - 9), day_string(last));
+    let (code, out) = s.run("inferlog-report", &["--format", "json", "--from", &from, "--to", &to, "overview"], "report.log");
+    assert_eq!(code, 0, "{}", s.log("report.log"));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let tiers: BTreeMap<String, String> = doc["tiers"]
+        .as_array()
+        .expect("tiers")
+        .iter()
+        .map(|t| (t["day"].as_str().unwrap_or("").to_owned(), t["tier"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    for d in per_day.keys() {
+        assert_eq!(tiers.get(&day_string(*d)).map(String::as_str), Some(if *d < today() - 7 { "aggregates" } else { "hot" }), "{tiers:?}");
+    }
+    let metric = |key: &str| {
+        doc["tables"]["overview"]["rows"].as_array().expect("overview").iter().find(|r| r["metric"] == key).expect(key)["current"]
+            .as_f64()
+            .expect("a number")
+    };
+    assert_eq!(metric("requests"), events.len() as f64);
+    let errors = events.iter().filter(|e| e.error_code != 0).count() as f64;
+    assert!((metric("success_rate") - (1.0 - errors / events.len() as f64)).abs() < 1e-9, "success rate");
+    let mut ttft: Vec<f64> = events.iter().filter_map(|e| e.ttft_ms).collect();
+    ttft.sort_by(f64::total_cmp);
+    let exact = ttft[((ttft.len() as f64 * 0.99) as usize).min(ttft.len() - 1)];
+    assert!((metric("p99_ttft_ms") - exact).abs() <= exact * 0.01, "p99 TTFT {} against {exact}", metric("p99_ttft_ms"));
 }

@@ -17,11 +17,6 @@ use inferlog_tests::{sigterm, valid_count, wait_for, wait_with_limit, write_json
 /// One outage at a time.
 static CLICKHOUSE: Mutex<()> = Mutex::new(());
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
 #[test]
 fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     let _turn = CLICKHOUSE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -44,13 +39,13 @@ fn clickhouse_down_for_30_seconds_loses_nothing_and_recovers() {
     let mut peak_during_outage = 0;
     for _ in 0..30 {
         std::thread::sleep(Duration::from_secs(1));
-        peak_during_outage = peak_during_outage.max(rss_kib(child.id(), "VmRSS:"));
+        peak_during_outage = peak_during_outage.max(inferlog_tests::status_kib(child.id(), "VmRSS:"));
     }
     assert!(child.try_wait().expect("try_wait").is_none(), "ingest keeps running while ClickHouse is down: {}", s.log("ingest.log"));
     services("start-clickhouse");
     let at_restart = s.hot_count().0;
     assert!(at_restart < valid, "the outage hit mid-run ({at_restart} of {valid} rows stored before it)");
-    let high_water = rss_kib(child.id(), "VmHWM:");
+    let high_water = inferlog_tests::status_kib(child.id(), "VmHWM:");
     let status = wait_with_limit(&mut child, Duration::from_secs(600));
     let log = s.log("ingest.log");
     assert!(status.success(), "ingest: {log}");
