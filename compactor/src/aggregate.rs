@@ -7,7 +7,7 @@
 //! Daily groups: business line × model × version × input bucket × output
 //! bucket, computed in ClickHouse. Percentiles are computed with
 //! `quantilesExact`: exact, the value at 0-based position floor(q·n) of the
-//! group's n sorted values (nearest rank; NULL when no request of the group
+//! group's n sorted values (floor rank; NULL when no request of the group
 //! carried the field). Beside them, each measure's mergeable histogram
 //! ([`inferlog_schema::histogram`]) from the fold, joined by the group's key.
 

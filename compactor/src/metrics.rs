@@ -177,8 +177,10 @@ pub fn pass_finished(m: &Metrics, elapsed: Duration, completed: usize, failed: u
 
 /// A day's aggregates were written to Postgres.
 pub fn day_published(m: &Metrics, day: &str, published: &crate::publish::Published) {
-    for (model, requests) in &published.unpriced {
+    for (model, requests) in &published.newly_unpriced {
         m.unpriced_requests.with_label_values(&[model.as_str()]).inc_by(*requests);
+    }
+    for (model, requests) in &published.unpriced {
         tracing::warn!(day, model, requests, "no price for the model: its cost is NULL (add a [[cost.prices]] entry, then reprice)");
     }
     tracing::info!(day, cost_usd = published.cost_usd, "aggregates published");

@@ -30,6 +30,10 @@ const INSERT_ROWS: usize = 1000;
 pub struct Published {
     /// Requests no price covered, by model.
     pub unpriced: BTreeMap<String, u64>,
+    /// Of those, the ones an earlier publication of the day did not
+    /// already count, by model: what the unpriced counter adds. A day
+    /// published again (late rows, `--day`) counts only its new ones.
+    pub newly_unpriced: BTreeMap<String, u64>,
     /// The day's cost of the priced requests, in USD.
     pub cost_usd: f64,
 }
@@ -52,6 +56,17 @@ pub async fn publish(
     let pg = StoreError::postgres;
     let mut tx = catalog.pool().begin().await.map_err(pg("begin"))?;
     let date = date_of(day);
+    // What an earlier publication of the day left unpriced, before it is replaced.
+    let before: BTreeMap<String, u64> = sqlx::query_as::<_, (String, i64)>(
+        "SELECT model_name, sum(requests)::bigint FROM daily_aggregates WHERE day = $1 AND cost_usd IS NULL GROUP BY model_name",
+    )
+    .bind(date)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(pg("read the day's unpriced requests"))?
+    .into_iter()
+    .map(|(model, n)| (model, n as u64))
+    .collect();
     for table in ["daily_aggregates", "hourly_aggregates", "daily_errors"] {
         sqlx::query(&format!("DELETE FROM {table} WHERE day = $1")).bind(date).execute(&mut *tx).await.map_err(pg("replace aggregates"))?;
     }
@@ -148,8 +163,11 @@ pub async fn publish(
         insert.build().execute(&mut *tx).await.map_err(pg("insert aggregates"))?;
     }
 
+    published.newly_unpriced = newly_unpriced(&before, &published.unpriced);
     let unpriced: u64 = published.unpriced.values().sum();
-    if unpriced > 0 {
+    // One audit row per change: publishing the day again with the same
+    // unpriced requests is not a new finding.
+    if unpriced > 0 && published.unpriced != before {
         let detail = published.unpriced.iter().map(|(model, n)| format!("{model}: {n}")).collect::<Vec<_>>().join(", ");
         let entry = CostAuditEntry {
             day,
@@ -168,9 +186,28 @@ pub async fn publish(
     Ok(published)
 }
 
+/// Per model, the unpriced requests of `now` beyond those of `before`.
+fn newly_unpriced(before: &BTreeMap<String, u64>, now: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    now.iter()
+        .filter_map(|(model, n)| {
+            let new = n.saturating_sub(before.get(model).copied().unwrap_or(0));
+            (new > 0).then(|| (model.clone(), new))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_day_published_again_counts_only_its_new_unpriced_requests() {
+        let map = |v: &[(&str, u64)]| v.iter().map(|(m, n)| ((*m).to_owned(), *n)).collect::<BTreeMap<_, _>>();
+        assert_eq!(newly_unpriced(&map(&[]), &map(&[("a", 5)])), map(&[("a", 5)]), "first publication");
+        assert_eq!(newly_unpriced(&map(&[("a", 5)]), &map(&[("a", 5)])), map(&[]), "the same day again");
+        assert_eq!(newly_unpriced(&map(&[("a", 5)]), &map(&[("a", 7), ("b", 1)])), map(&[("a", 2), ("b", 1)]), "late rows");
+        assert_eq!(newly_unpriced(&map(&[("a", 5)]), &map(&[])), map(&[]), "priced since (a reprice)");
+    }
 
     #[test]
     fn columns_name_every_bound_value() {

@@ -41,6 +41,12 @@ impl BudgetReport {
             return format!("no aggregates and no budgets for the month before {}\n", self.as_of);
         };
         let mut out = format!("budgets for {} ({} of {} days closed, as of {})\n", first.month, first.days_elapsed, first.days_in_month, self.as_of);
+        if first.days_covered < first.days_elapsed {
+            out.push_str(&format!(
+                "spend covers the {} of them the aggregates hold (the compactor is behind); the forecast runs at their rate\n",
+                first.days_covered
+            ));
+        }
         out.push_str(&format!(
             "{:<20} {:>16} {:>16} {:>7} {:>16} {:>9} {:<10} {:>9}\n",
             "business line", "spent", "budget", "used", "forecast", "forecast%", "basis", "unpriced"
@@ -88,6 +94,7 @@ mod tests {
             forecast_ratio: used.map(|u| 2.0 * u),
             days_elapsed: 15,
             days_in_month: 30,
+            days_covered: 15,
             unpriced_requests: 3,
         }
     }

@@ -22,6 +22,9 @@ pub enum Kind {
     Share,
     /// US dollars, four decimals.
     Usd,
+    /// US dollars of a sum some of whose requests had no price: the true
+    /// cost is at least this, shown `≥$…`.
+    UsdPartial,
     /// A rate (tokens per minute), one decimal.
     Rate,
     /// A relative change, shown as a signed percentage.
@@ -82,6 +85,7 @@ pub fn show(v: f64, kind: Kind) -> String {
         Kind::Ms => format!("{v:.1}"),
         Kind::Share => format!("{:.2}%", v * 100.0),
         Kind::Usd => format!("${v:.4}"),
+        Kind::UsdPartial => format!("≥${v:.4}"),
         Kind::Rate => format!("{v:.1}"),
         Kind::Change => format!("{:+.1}%", v * 100.0),
         Kind::Points => format!("{:+.2} pt", v * 100.0),

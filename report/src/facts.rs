@@ -10,7 +10,7 @@
 //! ([`inferlog_schema::histogram`]), so a question has the same answer
 //! whichever tier holds its days.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use inferlog_schema::histogram::Histogram;
 use inferlog_store::Day;
@@ -91,6 +91,22 @@ impl Counts {
         self.cache_prefix_tokens += other.cache_prefix_tokens;
         self.cost_usd += other.cost_usd;
         self.unpriced_requests += other.unpriced_requests;
+    }
+
+    /// The cost to show: `None` when requests were counted and none of
+    /// them was priced (never a silent $0).
+    pub fn cost(&self) -> Option<f64> {
+        (self.unpriced_requests == 0 || self.unpriced_requests < self.requests).then_some(self.cost_usd)
+    }
+
+    /// How [`Counts::cost`] is shown: [`Kind::UsdPartial`] when some of the
+    /// requests were priced and some were not (the sum is a lower bound).
+    pub fn cost_kind(&self) -> crate::document::Kind {
+        if self.unpriced_requests > 0 && self.unpriced_requests < self.requests {
+            crate::document::Kind::UsdPartial
+        } else {
+            crate::document::Kind::Usd
+        }
     }
 
     /// Input plus output tokens.
@@ -208,6 +224,36 @@ impl Facts {
         self.tiers.iter().find(|(d, _)| *d == day).map_or(Tier::None, |(_, t)| *t)
     }
 
+    /// Minutes of `range`'s answered days (a tier holds them) that have
+    /// passed at `now_ms`: a rate per minute counts no minute of a day no
+    /// tier holds. `None` when no day is answered.
+    pub fn answered_minutes(&self, range: crate::range::Range, now_ms: i64) -> Option<f64> {
+        let ms: i64 = range
+            .iter()
+            .filter(|d| self.tier(*d) != Tier::None)
+            .map(|d| {
+                let start = i64::from(d) * 86_400_000;
+                ((start + 86_400_000).min(now_ms) - start).max(0)
+            })
+            .sum();
+        (ms > 0).then(|| ms as f64 / 60_000.0)
+    }
+
+    /// Days of `range` no tier holds.
+    pub fn missing_days(&self, range: crate::range::Range) -> usize {
+        range.iter().filter(|d| self.tier(*d) == Tier::None).count()
+    }
+
+    /// These facts without those of `days` (a day to be read from another tier).
+    pub fn without_days(mut self, days: &BTreeSet<Day>) -> Facts {
+        self.tiers.retain(|(d, _)| !days.contains(d));
+        self.groups.retain(|k, _| !days.contains(&k.day));
+        self.hours.retain(|k, _| !days.contains(&(k.hour.div_euclid(24) as Day)));
+        self.errors.retain(|k, _| !days.contains(&k.day));
+        self.users.retain(|(d, _), _| !days.contains(d));
+        self
+    }
+
     /// Merges the facts of one tier's days into these.
     pub fn absorb(&mut self, other: Facts) {
         self.tiers.extend(other.tiers);
@@ -282,9 +328,19 @@ mod tests {
         assert!((s.counts.cost_usd - 1.0).abs() < 1e-12);
         assert_eq!(s.success_rate(), Some(0.5));
         let p50 = s.quantile(TTFT, 0.5).expect("ttft");
-        assert!((p50 - 30.0).abs() <= 0.3, "nearest rank of 4 values at 0.5 is the third: {p50}");
+        assert!((p50 - 30.0).abs() <= 0.3, "floor rank of 4 values at 0.5 is the third: {p50}");
         assert_eq!(s.quantile(TPOT, 0.5), None, "no request carried it");
         assert_eq!(Summary::default().success_rate(), None);
+    }
+
+    #[test]
+    fn answered_minutes_count_held_days_up_to_now() {
+        let f = Facts { tiers: vec![(10, Tier::Aggregates), (11, Tier::None), (12, Tier::Hot)], ..Facts::default() };
+        let range = crate::range::Range { from: 10, to: 12 };
+        assert_eq!(f.answered_minutes(range, i64::MAX), Some(2880.0), "day 11 is held by no tier");
+        let noon = (12 * 86_400 + 12 * 3600) * 1000;
+        assert_eq!(f.answered_minutes(range, noon), Some(1440.0 + 720.0), "today counts up to now");
+        assert_eq!(f.answered_minutes(crate::range::Range { from: 11, to: 11 }, i64::MAX), None);
     }
 
     #[test]
@@ -292,6 +348,7 @@ mod tests {
         let mut c = Counts { requests: 3, input_tokens: 10, output_tokens: 5, ..Counts::default() };
         c.price(None);
         assert_eq!((c.unpriced_requests, c.cost_usd, c.tokens()), (3, 0.0, 15));
+        assert_eq!(c.cost(), None, "nothing priced: no cost, not $0");
         c.price(Some(2.0));
         assert_eq!(c.cost_usd, 2.0);
     }

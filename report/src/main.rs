@@ -93,6 +93,7 @@ async fn budget(config: &Config, as_of: Option<String>, format: Format) -> Resul
 }
 
 async fn run(args: Args) -> Result<i32, ReportError> {
+    inferlog_store::test_hooks::refuse_unless_built_in(inferlog_report::source::HOLD_ENV).map_err(ReportError::Config)?;
     let config = Config::load(&args.config)?;
     let view = match args.view {
         Command::Budget { as_of } => return budget(&config, as_of, args.format).await,

@@ -1,7 +1,7 @@
 //! The days a report covers. In: `--from` and `--to` (UTC days
 //! `YYYY-MM-DD`, both included; default the 7 days through today) and
 //! the current time. Out: [`Range`], the previous range of equal length the
-//! report compares against, and the minutes of traffic a range spans.
+//! report compares against.
 
 use inferlog_store::Day;
 use serde::Serialize;
@@ -68,14 +68,6 @@ impl Range {
         Range { from: self.previous().from, to: self.to }
     }
 
-    /// Minutes of the range that have passed at `now_ms` (a day still
-    /// running counts up to now; days to come count nothing), at least 1.
-    pub fn minutes(&self, now_ms: i64) -> f64 {
-        let start = i64::from(self.from) * 86_400_000;
-        let end = ((i64::from(self.to) + 1) * 86_400_000).min(now_ms);
-        ((end - start) as f64 / 60_000.0).max(1.0)
-    }
-
     pub fn text(&self) -> RangeText {
         RangeText { from: inferlog_store::day_string(self.from), to: inferlog_store::day_string(self.to), days: self.days() }
     }
@@ -109,9 +101,6 @@ mod tests {
         assert_eq!(r.with_previous().days(), 14);
         let one = Range::parse(Some("2026-11-30"), Some("2026-11-30"), today).expect("one day");
         assert_eq!(one.days(), 1);
-        assert_eq!(one.minutes(i64::MAX), 1440.0);
-        let noon = (i64::from(today) * 86_400 + 12 * 3600) * 1000;
-        assert_eq!(Range { from: today, to: today }.minutes(noon), 720.0, "today counts up to now");
         let err = Range::parse(Some("2026-12-02"), Some("2026-12-01"), today).expect_err("reversed");
         assert!(err.to_string().contains("--from 2026-12-02 is after --to 2026-12-01"), "{err}");
         assert!(Range::parse(Some("yesterday"), None, today).expect_err("bad").to_string().contains("--from \"yesterday\""));

@@ -1,7 +1,7 @@
 //! Mergeable latency histograms of the aggregates tier.
 //!
 //! In: durations in milliseconds. Out: a histogram that answers any
-//! quantile within [`RELATIVE_ERROR`] of the exact nearest-rank value, and
+//! quantile within [`RELATIVE_ERROR`] of the exact floor-rank value, and
 //! that merges with another by adding bucket counts, so a quantile over 30
 //! days is the quantile of 30 merged daily histograms.
 //!
@@ -105,7 +105,7 @@ impl Histogram {
         self.zeros + self.counts.iter().sum::<u64>()
     }
 
-    /// The nearest-rank `q`-quantile (the value at 0-based position
+    /// The floor-rank `q`-quantile (the value at 0-based position
     /// floor(q·n), as the exact aggregates define it), within α; `None`
     /// when empty.
     pub fn quantile(&self, q: f64) -> Option<f64> {

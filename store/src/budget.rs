@@ -6,12 +6,17 @@
 //! `inferlog_budget_forecast_ratio`.
 //!
 //! The month is the month of the last closed day (the day before `as_of`),
-//! so on the 1st the report shows the month just ended, complete. A line
-//! without a configured budget gets the rule cost owners use:
-//! `default_factor` (1.2) times its daily average over the 30 days before
-//! the month began (days the aggregates cover), times the month's days; in
-//! USD when that history carries a cost, in tokens otherwise. A line with
-//! no such history has no budget, and says so.
+//! so on the 1st the report shows the month just ended, complete. Spend
+//! counts the days the aggregates cover, and the forecast runs at the rate
+//! of those days, not of the calendar days elapsed: a compactor behind by
+//! two days leaves the spend "through the last aggregated day" and the
+//! forecast unbiased. A line without a configured budget gets the rule
+//! cost owners use: `default_factor` (1.2) times its daily average over
+//! the 30 days before the month began, counted from the line's own first
+//! day there (a line that started a week ago is not averaged over a
+//! month), among the days the aggregates cover, times the month's days;
+//! in USD when that history carries a cost, in tokens otherwise. A line
+//! with no such history has no budget, and says so.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -123,12 +128,15 @@ pub struct BudgetStatus {
     pub spent: f64,
     pub budget: Option<f64>,
     pub used_ratio: Option<f64>,
-    /// `spent` per elapsed day times the month's days.
+    /// `spent` per covered day times the month's days.
     pub forecast: f64,
     pub forecast_ratio: Option<f64>,
     /// Closed days of the month so far, and the month's days.
     pub days_elapsed: u32,
     pub days_in_month: u32,
+    /// Closed days of the month the aggregates cover (any line): the days
+    /// `spent` counts; fewer than `days_elapsed` while the compactor is behind.
+    pub days_covered: u32,
     /// Requests of the month no price covered (their tokens count, their cost does not).
     pub unpriced_requests: u64,
 }
@@ -161,6 +169,7 @@ pub fn evaluate(config: &BudgetsConfig, as_of: Day, daily: &[DailySpend]) -> Vec
     let month = crate::day_string(first)[..7].to_owned();
     let history = (first - HISTORY_DAYS)..first;
     let covered: BTreeSet<Day> = daily.iter().filter(|d| history.contains(&d.day)).map(|d| d.day).collect();
+    let covered_now = daily.iter().filter(|d| d.day >= first && d.day < as_of).map(|d| d.day).collect::<BTreeSet<Day>>().len() as u32;
     let mut lines: BTreeSet<&str> = daily.iter().filter(|d| d.day >= first && d.day < as_of).map(|d| d.business_line.as_str()).collect();
     lines.extend(config.lines.keys().map(String::as_str));
     let mut out = Vec::new();
@@ -173,7 +182,9 @@ pub fn evaluate(config: &BudgetsConfig, as_of: Day, daily: &[DailySpend]) -> Vec
             Some(LineBudget { monthly_usd: Some(usd), .. }) => (Unit::Usd, Basis::Configured, Some(*usd)),
             Some(LineBudget { monthly_tokens: Some(tokens), .. }) => (Unit::Tokens, Basis::Configured, Some(*tokens as f64)),
             _ => {
-                let scale = config.default_factor * f64::from(days_in_month) / covered.len().max(1) as f64;
+                // The line's own days: from its first day in the history on.
+                let since = of_line().filter(|d| history.contains(&d.day)).map(|d| d.day).min().unwrap_or(first);
+                let scale = config.default_factor * f64::from(days_in_month) / covered.range(since..).count().max(1) as f64;
                 match past_cost {
                     Some(cost) if cost > 0.0 => (Unit::Usd, Basis::Default, Some(cost * scale)),
                     _ if past_tokens > 0 => (Unit::Tokens, Basis::Default, Some(past_tokens as f64 * scale)),
@@ -190,7 +201,7 @@ pub fn evaluate(config: &BudgetsConfig, as_of: Day, daily: &[DailySpend]) -> Vec
             Unit::Usd => this_month().filter_map(|d| d.cost_usd).sum::<f64>(),
             Unit::Tokens => this_month().map(|d| d.tokens).sum::<u64>() as f64,
         };
-        let forecast = spent / f64::from(elapsed.max(1)) * f64::from(days_in_month);
+        let forecast = spent / f64::from(covered_now.max(1)) * f64::from(days_in_month);
         out.push(BudgetStatus {
             business_line: line.to_owned(),
             month: month.clone(),
@@ -203,6 +214,7 @@ pub fn evaluate(config: &BudgetsConfig, as_of: Day, daily: &[DailySpend]) -> Vec
             forecast_ratio: budget.map(|b| forecast / b),
             days_elapsed: elapsed,
             days_in_month,
+            days_covered: covered_now,
             unpriced_requests: this_month().map(|d| d.unpriced_requests).sum(),
         });
     }
@@ -306,7 +318,35 @@ mod tests {
         assert_eq!((newcomer.unit, newcomer.spent), (Unit::Usd, 1.0), "shown in USD: its month is priced");
         let tokens = status.iter().find(|s| s.business_line == "tokens-only").expect("tokens-only");
         assert_eq!((tokens.unit, tokens.basis, tokens.spent), (Unit::Tokens, Basis::Default, 100.0));
-        assert!((tokens.budget.expect("derived") - 1.2 * 4.0 * 30.0).abs() < 1e-9, "40 tokens over 10 covered days");
+        assert!((tokens.budget.expect("derived") - 1.2 * 20.0 * 30.0).abs() < 1e-9, "40 tokens over its own 2 days (Oct 30, 31), not 10");
+    }
+
+    #[test]
+    fn a_compactor_behind_leaves_the_forecast_at_the_rate_of_the_days_covered() {
+        let mut config = BudgetsConfig::default();
+        config.lines.insert("search".into(), LineBudget { monthly_usd: Some(300.0), monthly_tokens: None });
+        // As of Nov 11 ten days are closed, but only Nov 1-8 are aggregated.
+        let daily: Vec<DailySpend> = (1..=8).map(|d| spend(&format!("2026-11-{d:02}"), "search", Some(5.0), 10)).collect();
+        let search = evaluate(&config, day("2026-11-11"), &daily).pop().expect("search");
+        assert_eq!((search.days_elapsed, search.days_covered, search.spent), (10, 8, 40.0));
+        assert!((search.forecast - 150.0).abs() < 1e-9, "5 a day for 30 days, not 4: {}", search.forecast);
+        assert!((search.forecast_ratio.expect("budget") - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_line_new_in_the_history_is_averaged_over_its_own_days() {
+        // "old" has spent 2 USD a day for 30 days; "new" began on Oct 25 at 6 USD a day.
+        let mut daily: Vec<DailySpend> = (2..=31).map(|d| spend(&format!("2026-10-{d:02}"), "old", Some(2.0), 1)).collect();
+        daily.extend((25..=31).map(|d| spend(&format!("2026-10-{d:02}"), "new", Some(6.0), 1)));
+        daily.extend(
+            (1..=8).flat_map(|d| [spend(&format!("2026-11-{d:02}"), "new", Some(6.0), 1), spend(&format!("2026-11-{d:02}"), "old", Some(2.0), 1)]),
+        );
+        let status = evaluate(&BudgetsConfig::default(), day("2026-11-09"), &daily);
+        let new = status.iter().find(|s| s.business_line == "new").expect("new");
+        assert!((new.budget.expect("derived") - 1.2 * 6.0 * 30.0).abs() < 1e-9, "{new:?}");
+        assert!(!new.over_alert(), "8 days at its usual rate are not 90% of its month: {new:?}");
+        let old = status.iter().find(|s| s.business_line == "old").expect("old");
+        assert!((old.budget.expect("derived") - 1.2 * 2.0 * 30.0).abs() < 1e-9, "{old:?}");
     }
 
     #[test]

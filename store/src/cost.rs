@@ -4,8 +4,9 @@
 //!
 //! Which entry applies: among the entries whose `model` pattern matches the
 //! model name and whose `effective_from` is not after the day, those of the
-//! most specific pattern (the most characters besides `*`), and of those the
-//! newest. So `gpt-oss-20b` priced from March wins over a `*` fallback, and
+//! most specific pattern (the most characters besides `*`; between equals,
+//! the longer literal prefix, then the first in byte order, so the config's
+//! order never decides), and of those the newest. So `gpt-oss-20b` priced from March wins over a `*` fallback, and
 //! a price change takes effect on its day.
 
 use serde::{Deserialize, Serialize};
@@ -135,12 +136,15 @@ fn matches(pattern: &str, name: &str) -> bool {
 impl PriceTable {
     /// The entry pricing `model` on `day`, if any.
     pub fn price(&self, model: &str, day: Day) -> Option<&Price> {
-        let specificity = |p: &Price| p.model.chars().filter(|c| *c != '*').count();
-        self.entries
-            .iter()
-            .filter(|(p, from)| *from <= day && matches(&p.model, model))
-            .max_by_key(|(p, from)| (specificity(p), *from))
-            .map(|(p, _)| p)
+        // Which pattern: the most literal characters, then the longest
+        // literal prefix, then the first in byte order, whatever the
+        // config's order; then that pattern's newest entry.
+        let rank = |p: &Price| {
+            let literal = p.model.chars().filter(|c| *c != '*').count();
+            let prefix = p.model.find('*').unwrap_or(p.model.len());
+            (literal, prefix, std::cmp::Reverse(p.model.clone()))
+        };
+        self.entries.iter().filter(|(p, from)| *from <= day && matches(&p.model, model)).max_by_key(|(p, from)| (rank(p), *from)).map(|(p, _)| p)
     }
 
     /// The cost of `usage` of `model` on `day`; `None` when unpriced.
@@ -203,6 +207,29 @@ mod tests {
         assert_eq!(table.cost("llama-3", day("2026-06-01"), usage), Some(3.0));
         assert_eq!(table.cost("mistral", day("2026-06-01"), usage), Some(1.0));
         assert!(CostConfig::default().validate().expect("empty").cost("x", 0, usage).is_none());
+    }
+
+    #[test]
+    fn patterns_of_equal_specificity_are_ranked_the_same_in_any_config_order() {
+        let usage = Usage { requests: 1, input_tokens: 1_000_000, cached_input_tokens: 0, output_tokens: 0 };
+        let entries = [price("*-70b", "2026-01-01", 1.0), price("llama*", "2026-03-01", 2.0), price("lla*70b", "2026-02-01", 4.0)];
+        for order in [[0, 1, 2], [2, 1, 0], [1, 0, 2]] {
+            let table = CostConfig { prices: order.map(|i| entries[i].clone()).to_vec() }.validate().expect("valid");
+            // "*-70b", "llama*" and "lla*70b": 4, 5 and 6 literal characters.
+            assert_eq!(table.cost("llama-70b", day("2026-06-01"), usage), Some(4.0), "{order:?}: the most literal characters");
+        }
+        let tie = [price("*ma-70b", "2026-01-01", 1.0), price("llama-*", "2026-01-01", 2.0), price("lla*70b", "2026-05-01", 3.0)];
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+            let table = CostConfig { prices: order.map(|i| tie[i].clone()).to_vec() }.validate().expect("valid");
+            // Six literal characters each: the longest literal prefix wins ("llama-*"), though another entry is newer.
+            assert_eq!(table.cost("llama-70b", day("2026-06-01"), usage), Some(2.0), "{order:?}");
+        }
+        let same_prefix = [price("a*bc", "2026-01-01", 1.0), price("a*b*c", "2026-01-01", 2.0)];
+        for order in [[0, 1], [1, 0]] {
+            let table = CostConfig { prices: order.map(|i| same_prefix[i].clone()).to_vec() }.validate().expect("valid");
+            assert_eq!(table.cost("abcb", day("2026-06-01"), usage), None, "neither matches");
+            assert_eq!(table.cost("abbc", day("2026-06-01"), usage), Some(2.0), "{order:?}: both match; the first in byte order");
+        }
     }
 
     #[test]

@@ -20,6 +20,26 @@ pub async fn pause_point(env: &str, step: &str) {
     }
 }
 
+/// The file whose creation lets a [`hold_point`] go on.
+pub const RESUME_FILE_ENV: &str = "INFERLOG_TEST_RESUME_FILE";
+
+/// With the hooks built in and `env` set to `step`: waits here until the
+/// file named by `INFERLOG_TEST_RESUME_FILE` exists, then goes on, so a
+/// test can change the stores between two steps of a running command.
+pub async fn hold_point(env: &str, step: &str) {
+    if !(BUILT_IN && std::env::var(env).is_ok_and(|v| v == step)) {
+        return;
+    }
+    let Some(file) = std::env::var_os(RESUME_FILE_ENV) else {
+        return pause_point(env, step).await;
+    };
+    tracing::warn!(step, "{env}: held here until {} exists", std::path::Path::new(&file).display());
+    while !std::path::Path::new(&file).exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tracing::warn!(step, "{env}: resumed");
+}
+
 /// An error message when `env` is set but this build has no hooks.
 pub fn refuse_unless_built_in(env: &str) -> Result<(), String> {
     if BUILT_IN || std::env::var_os(env).is_none() {

@@ -26,7 +26,7 @@ struct Group {
     durations: [Vec<f64>; 6],
 }
 
-/// The nearest-rank percentile the aggregates document: the value at 0-based position floor(q·n).
+/// The floor-rank percentile the aggregates document: the value at 0-based position floor(q·n).
 fn percentile(values: &mut [f64], q: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
@@ -88,7 +88,7 @@ fn assert_aggregates_match(s: &TierScenario, events: &[InferenceEvent]) {
             for (l, q) in [0.5, 0.95, 0.99].into_iter().enumerate() {
                 let text = f[12 + d * 3 + l];
                 let stored = (!text.is_empty()).then(|| text.parse::<f64>().expect("float"));
-                assert_eq!(stored, percentile(values, q), "{key:?}: duration {d} p{q} (exact nearest rank)");
+                assert_eq!(stored, percentile(values, q), "{key:?}: duration {d} p{q} (exact floor rank)");
             }
         }
         seen += 1;

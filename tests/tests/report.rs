@@ -31,7 +31,7 @@ fn input_bucket(e: &InferenceEvent) -> &'static str {
     e.input_bucket().as_str()
 }
 
-/// The nearest-rank quantile (0-based position floor(q·n)) of `values`.
+/// The floor-rank quantile (0-based position floor(q·n)) of `values`.
 fn exact(values: &mut [f64], q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
     values[((q * values.len() as f64) as usize).min(values.len() - 1)]
@@ -428,4 +428,43 @@ fn an_unreachable_hot_tier_leaves_the_aggregates_answering() {
     assert!(notes.contains("the hot tier did not answer"), "{notes}");
     assert!(notes.contains(&format!("no tier holds {}", day_string(t))), "{notes}");
     assert!(s.log("no-hot.log").contains("the hot tier is unreachable"), "{}", s.log("no-hot.log"));
+}
+
+/// A day the compactor releases while a report reads it: the report had
+/// listed it as hot, then the partition was dropped before its rows were
+/// read. It is answered by the aggregates (which hold it before it is
+/// released), never shown as a day without traffic.
+#[test]
+fn a_day_released_while_the_report_reads_it_is_answered_by_the_aggregates() {
+    let (s, events, t) = scenario("report_released", 6_000, 65);
+    let resume = s.dir.path().join("resume");
+    let (from, to) = (day_string(t - 6), day_string(t - 1));
+    let resume_text = resume.to_string_lossy().into_owned();
+    let child = s.spawn(
+        "inferlog-report",
+        &["--format", "json", "--from", &from, "--to", &to, "overview"],
+        "held.log",
+        &[("INFERLOG_REPORT_HOLD_AFTER", "routed"), (inferlog_store::test_hooks::RESUME_FILE_ENV, &resume_text)],
+    );
+    inferlog_tests::wait_for(std::time::Duration::from_secs(60), || s.log("held.log").contains("held here until"), || s.log("held.log"));
+
+    // Meanwhile the hot policy shrinks to one day and the compactor releases t-2.
+    s.rewrite_config("hot_days = 2", "hot_days = 1");
+    s.rewrite_config("max_event_age = \"2d\"", "max_event_age = \"1d\"");
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor-1d.log");
+    assert_eq!(code, 0, "{}", s.log("compactor-1d.log"));
+    let hot: Vec<String> = s.hot_days().into_iter().map(|(d, _)| d).collect();
+    assert_eq!(hot, vec![day_string(t - 1)], "t-2 was released while the report held its routes");
+
+    std::fs::write(&resume, "").expect("resume");
+    let out = child.wait_with_output().expect("report");
+    assert_eq!(out.status.code(), Some(0), "{}", s.log("held.log"));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let answered: Vec<(String, String)> = tiers(&doc).into_iter().filter(|(d, _)| *d >= from).collect();
+    let mut expected: Vec<(String, String)> = (t - 6..=t - 2).map(|d| (day_string(d), "aggregates".to_owned())).collect();
+    expected.push((day_string(t - 1), "hot".to_owned()));
+    assert_eq!(answered, expected, "the released day is answered by the aggregates");
+    assert_eq!(f(&metric(&doc, "requests")), events.len() as f64, "every request of the range, none lost with the drop");
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains(&format!("{} released from the hot tier while the report read it", day_string(t - 2))), "{notes}");
 }

@@ -187,6 +187,13 @@ fn hourly_rollups_cost_reprice_and_budgets_equal_independent_figures() {
     let audited = s.psql("SELECT day, rows, unpriced_requests, detail FROM cost_audit WHERE action = 'unpriced' ORDER BY day");
     let expected_audit: Vec<String> = unpriced.iter().map(|(day, n)| format!("{day}\t{n}\t{n}\tno price for gpt-oss-20b: {n}")).collect();
     assert_eq!(audited, expected_audit.join("\n"), "the audit names each day's unpriced requests");
+    // A day published again (`--day` redoes it) is no new finding: still one audit row per day.
+    let (again, _) = unpriced.iter().next().expect("a day with unpriced requests");
+    let (code, _) = s.run("inferlog-compactor", &["--day", again], "again.log");
+    assert_eq!(code, 0, "{}", s.log("again.log"));
+    assert!(s.log("again.log").contains("aggregates published"), "the day was published again: {}", s.log("again.log"));
+    let audited = s.psql("SELECT day, rows, unpriced_requests, detail FROM cost_audit WHERE action = 'unpriced' ORDER BY day");
+    assert_eq!(audited, expected_audit.join("\n"), "publishing a day again does not count its unpriced requests again");
 
     // Hourly totals and the busiest minute.
     let mut hours: BTreeMap<String, HourFigures> = BTreeMap::new();

@@ -165,7 +165,7 @@ fn pg_array(text: &str) -> Vec<i64> {
     text.trim_matches(['{', '}']).split(',').filter(|v| !v.is_empty()).map(|v| v.parse().expect("bigint")).collect()
 }
 
-/// The weighted nearest-rank quantile: the first value whose cumulative weight reaches q of the total.
+/// The weighted floor-rank quantile: the first value whose cumulative weight reaches q of the total.
 fn weighted_quantile(mut values: Vec<(f64, u64)>, q: f64) -> f64 {
     values.sort_by(|a, b| a.0.total_cmp(&b.0));
     let total: u64 = values.iter().map(|v| v.1).sum();

@@ -11,6 +11,10 @@
 //! - else no tier: the day is reported as missing, never as zero traffic
 //!   silently.
 //!
+//! A day the compactor releases while the report reads it (listed hot,
+//! then dropped) is read again from the aggregates, which hold it before
+//! it is released, so it never shows as a day of no traffic.
+//!
 //! A released day that received late rows is answered by its aggregates
 //! (which hold the day as released), or is missing when they are gone;
 //! never by its late rows, which the compactor archives as a supplement. When
@@ -33,6 +37,10 @@ use inferlog_store::Day;
 use crate::error::ReportError;
 use crate::facts::{Facts, Tier};
 use crate::range::Range;
+
+/// Test hook ([`inferlog_store::test_hooks::hold_point`]): `routed`, after
+/// each day's tier is chosen and before any is read.
+pub const HOLD_ENV: &str = "INFERLOG_REPORT_HOLD_AFTER";
 
 /// `--business-line` and `--model`: rows of other lines or models are not read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -102,6 +110,7 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -
     let routes = route(range, &hot_days, &released, &aggregated, &archived);
     let pick = |tier: Tier| routes.iter().filter(|(_, t)| *t == tier).map(|(d, _)| *d).collect::<Vec<Day>>();
     let (hot_days, aggregate_days, archive_days) = (pick(Tier::Hot), pick(Tier::Aggregates), pick(Tier::Archive));
+    inferlog_store::test_hooks::hold_point(HOLD_ENV, "routed").await;
     // An archive that does not answer leaves its days missing, said so; the other tiers still answer.
     let from_archive = async {
         let Some(cold) = &stores.cold else { return Ok(Facts::default()) };
@@ -121,10 +130,37 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -
         from_archive,
     )?;
     let mut facts = Facts { tiers: routes.iter().filter(|(_, t)| *t == Tier::None).copied().collect(), notes, ..Facts::default() };
+    // A day released while it was read may have been read after its drop:
+    // it comes from the aggregates instead (released days were aggregated first).
+    let gone = released_meanwhile(stores, &hot_days).await?;
+    let from_hot = from_hot.without_days(&gone);
+    if !gone.is_empty() {
+        let days: Vec<Day> = gone.iter().copied().collect();
+        let aggregated: BTreeSet<Day> = aggregates::days(&stores.catalog, range.from, range.to).await?.into_iter().collect();
+        let (again, lost): (Vec<Day>, Vec<Day>) = days.iter().partition(|d| aggregated.contains(d));
+        facts.tiers.extend(lost.iter().map(|d| (*d, Tier::None)));
+        facts.absorb(aggregates::load(&stores.catalog, &again, filter, hours).await?);
+        let names: Vec<String> = days.iter().map(|d| inferlog_store::day_string(*d)).collect();
+        tracing::info!(days = %names.join(", "), "released from the hot tier while being read; read from the aggregates");
+        facts.notes.push(format!("{} released from the hot tier while the report read it: answered by the aggregates", names.join(", ")));
+    }
     facts.absorb(from_hot);
     facts.absorb(from_aggregates);
     facts.absorb(from_archive);
     Ok(facts)
+}
+
+/// Of `hot_days`, those the hot tier no longer holds, or the catalog now
+/// records as released. A hot tier that no longer answers changes nothing:
+/// what was read stands.
+async fn released_meanwhile(stores: &Stores, hot_days: &[Day]) -> Result<BTreeSet<Day>, ReportError> {
+    if hot_days.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let Ok(partitions) = stores.hot.partitions().await else { return Ok(BTreeSet::new()) };
+    let held: BTreeSet<Day> = partitions.into_iter().map(|p| p.day).collect();
+    let released: BTreeSet<Day> = stores.catalog.days().await?.into_iter().filter(|r| r.state == DayState::Released).map(|r| r.day).collect();
+    Ok(hot_days.iter().copied().filter(|d| !held.contains(d) || released.contains(d)).collect())
 }
 
 #[cfg(test)]

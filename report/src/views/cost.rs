@@ -28,8 +28,8 @@ fn cells(c: &Counts, total_cost: f64) -> Vec<Cell> {
         Cell::count(c.input_tokens),
         Cell::count(c.cache_prefix_tokens),
         Cell::count(c.output_tokens),
-        Cell::num(Some(c.cost_usd), Kind::Usd),
-        Cell::num((total_cost > 0.0).then(|| c.cost_usd / total_cost), Kind::Share),
+        Cell::num(c.cost(), c.cost_kind()),
+        Cell::num(c.cost().filter(|_| total_cost > 0.0).map(|cost| cost / total_cost), Kind::Share),
         Cell::count(c.unpriced_requests),
     ]
 }
@@ -141,6 +141,48 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>, alerts: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::facts::{GroupFacts, GroupKey};
+    use crate::range::Range;
+
+    fn add(f: &mut Facts, line: &str, model: &str, requests: u64, cost: Option<f64>) {
+        let key = GroupKey {
+            day: 10,
+            business_line: line.into(),
+            model_name: model.into(),
+            model_version: "v1".into(),
+            input_bucket: "0-1k".into(),
+            output_bucket: "0-256".into(),
+        };
+        let mut counts = Counts { requests, input_tokens: 100 * requests, output_tokens: 10 * requests, ..Counts::default() };
+        counts.price(cost);
+        f.groups.insert(key, GroupFacts { counts, ..GroupFacts::default() });
+    }
+
+    #[test]
+    fn an_unpriced_line_shows_no_cost_and_a_partly_priced_sum_is_marked() {
+        let mut f = Facts::default();
+        add(&mut f, "search", "priced", 10, Some(3.0));
+        add(&mut f, "chat", "priced", 5, Some(1.0));
+        add(&mut f, "chat", "unknown", 5, None);
+        add(&mut f, "batch", "unknown", 7, None);
+        let ctx = Context { range: Range { from: 10, to: 10 }, filter: Default::default(), now_ms: 0, budgets: vec![], top_users: 0 };
+        let mut notes = Vec::new();
+        let lines = &tables(&f, &ctx, &mut notes, &mut Vec::new())[0];
+        let shown: Vec<(String, String, String, String)> =
+            lines.rows.iter().map(|r| (r[0].display(), r[5].display(), r[6].display(), r[7].display())).collect();
+        assert_eq!(
+            shown,
+            [
+                ("search".into(), "$3.0000".into(), "75.00%".into(), "0".into()),
+                ("chat".into(), "≥$1.0000".into(), "25.00%".into(), "5".into()),
+                ("batch".into(), "-".into(), "-".into(), "7".into()),
+            ],
+            "batch had no price: no cost, not $0; chat's sum is partial"
+        );
+        assert_eq!(lines.rows[2][5].json(), serde_json::Value::Null);
+        assert!(notes.iter().any(|n| n.starts_with("12 requests have no price")), "{notes:?}");
+    }
 
     #[test]
     fn hot_days_read_as_runs() {

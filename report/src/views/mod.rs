@@ -88,7 +88,7 @@ pub fn build(view: View, facts: &Facts, ctx: &Context) -> Document {
     let mut notes = facts.notes.clone();
     let mut alerts = Vec::new();
     let tables: Vec<Table> = match view {
-        View::Overview => overview::tables(facts, ctx),
+        View::Overview => overview::tables(facts, ctx, &mut notes),
         View::Latency => latency::tables(facts, ctx),
         View::Cost => cost::tables(facts, ctx, &mut notes, &mut alerts),
         View::Cache => cache::tables(facts, ctx),

@@ -37,10 +37,10 @@ pub fn metrics(facts: &Facts, range: Range, now_ms: i64, codes: &[(i32, String)]
         m("requests", Some(requests), Kind::Count),
         m("success_rate", s.success_rate(), Kind::Share),
         m("error_rate", s.success_rate().map(|r| 1.0 - r), Kind::Share),
-        m("tokens_per_minute", Some(s.counts.tokens() as f64 / range.minutes(now_ms)), Kind::Rate),
+        m("tokens_per_minute", facts.answered_minutes(range, now_ms).map(|minutes| s.counts.tokens() as f64 / minutes), Kind::Rate),
         m("input_tokens", Some(s.counts.input_tokens as f64), Kind::Count),
         m("output_tokens", Some(s.counts.output_tokens as f64), Kind::Count),
-        m("cost_usd", Some(s.counts.cost_usd), Kind::Usd),
+        m("cost_usd", s.counts.cost(), s.counts.cost_kind()),
         m("unpriced_requests", Some(s.counts.unpriced_requests as f64), Kind::Count),
     ];
     for (measure, name) in [(TTFT, "ttft"), (TPOT, "tpot"), (TOTAL, "total")] {
@@ -56,16 +56,37 @@ pub fn metrics(facts: &Facts, range: Range, now_ms: i64, codes: &[(i32, String)]
     out
 }
 
-pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
+/// Metrics that add up over days: against a range missing some of its
+/// days their change says nothing, so it is not shown.
+const TOTALS: [&str; 5] = ["requests", "input_tokens", "output_tokens", "cost_usd", "unpriced_requests"];
+
+pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Table> {
     let (now, before) = (ctx.range, ctx.range.previous());
+    let (missing_now, missing_before) = (facts.missing_days(now), facts.missing_days(before));
+    let partial = (missing_now > 0 || missing_before > 0) && missing_before < before.days() as usize;
+    if partial {
+        notes.push(format!(
+            "no change shown for totals ({}): the range lacks {missing_now} of its {} days and the previous one {missing_before} of its {}; \
+             rates, shares and percentiles compare",
+            TOTALS.join(", "),
+            now.days(),
+            before.days()
+        ));
+    }
     let mut codes: Vec<(i32, String)> = errors_by_code(facts, now).into_keys().collect();
     codes.extend(errors_by_code(facts, before).into_keys());
     codes.sort();
     codes.dedup();
     let current = metrics(facts, now, ctx.now_ms, &codes);
     let previous = metrics(facts, before, ctx.now_ms, &codes);
-    let mut rows: Vec<(Metric, Option<f64>, Option<f64>)> =
-        current.into_iter().zip(previous).map(|(c, p)| (c.clone(), p.value, change(c.value, p.value))).collect();
+    let mut rows: Vec<(Metric, Option<f64>, Option<f64>)> = current
+        .into_iter()
+        .zip(previous)
+        .map(|(c, p)| {
+            let delta = if partial && TOTALS.contains(&c.key.as_str()) { None } else { change(c.value, p.value) };
+            (c.clone(), p.value, delta)
+        })
+        .collect();
     // Largest change first; metrics without a comparable previous value last.
     rows.sort_by(|a, b| b.2.map(f64::abs).unwrap_or(-1.0).total_cmp(&a.2.map(f64::abs).unwrap_or(-1.0)));
     let mut overview = Table::new(
@@ -112,4 +133,54 @@ pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
         ]);
     }
     vec![overview, by_code]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::{Counts, GroupFacts, GroupKey, Tier};
+
+    fn day_of_traffic(f: &mut Facts, day: i32, requests: u64, errors: u64) {
+        let key = GroupKey {
+            day,
+            business_line: "chat".into(),
+            model_name: "m".into(),
+            model_version: "v1".into(),
+            input_bucket: "0-1k".into(),
+            output_bucket: "0-256".into(),
+        };
+        let counts = Counts { requests, errors, input_tokens: 1440 * requests, ..Counts::default() };
+        f.groups.insert(key, GroupFacts { counts, ..GroupFacts::default() });
+    }
+
+    fn row<'a>(t: &'a Table, key: &str) -> &'a [Cell] {
+        &t.rows.iter().find(|r| r[0].display() == key).unwrap_or_else(|| panic!("no {key}"))[..]
+    }
+
+    #[test]
+    fn a_day_no_tier_holds_counts_no_minutes_and_hides_the_change_of_totals() {
+        // Days 10-11 against 8-9. Day 11 and day 8 are held by no tier.
+        let mut f = Facts { tiers: vec![(8, Tier::None), (9, Tier::Aggregates), (10, Tier::Hot), (11, Tier::None)], ..Facts::default() };
+        day_of_traffic(&mut f, 9, 100, 10);
+        day_of_traffic(&mut f, 10, 100, 5);
+        let ctx = Context { range: Range { from: 10, to: 11 }, filter: Default::default(), now_ms: i64::MAX, budgets: vec![], top_users: 0 };
+        let mut notes = Vec::new();
+        let t = &tables(&f, &ctx, &mut notes)[0];
+        // 144,000 tokens over day 10's 1,440 minutes, not over two days' 2,880.
+        assert_eq!(row(t, "tokens_per_minute")[1].value(), Some(100.0));
+        assert_eq!(row(t, "tokens_per_minute")[3].value(), Some(0.0), "the same rate as day 9's");
+        assert_eq!(row(t, "requests")[3].value(), None, "100 against 100 of half a range says nothing");
+        assert_eq!(row(t, "input_tokens")[3].value(), None);
+        let rate = row(t, "error_rate")[3].value().expect("a rate compares");
+        assert!((rate + 0.5).abs() < 1e-9, "5% against 10%: {rate}");
+        assert!(notes.iter().any(|n| n.starts_with("no change shown for totals")), "{notes:?}");
+
+        // Every day held: the totals compare again, with no note.
+        f.tiers = vec![(8, Tier::Hot), (9, Tier::Hot), (10, Tier::Hot), (11, Tier::Hot)];
+        let mut notes = Vec::new();
+        let t = &tables(&f, &ctx, &mut notes)[0];
+        assert_eq!(row(t, "requests")[3].value(), Some(0.0));
+        assert_eq!(row(t, "tokens_per_minute")[1].value(), Some(50.0), "two held days, one of them without traffic");
+        assert!(notes.is_empty(), "{notes:?}");
+    }
 }

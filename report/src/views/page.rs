@@ -40,7 +40,7 @@ pub fn hourly(facts: &Facts, ctx: &Context) -> Table {
 }
 
 pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>, alerts: &mut Vec<String>) -> Vec<Table> {
-    let mut tables = overview::tables(facts, ctx);
+    let mut tables = overview::tables(facts, ctx, notes);
     tables.push(hourly(facts, ctx));
     tables.extend(latency::tables(facts, ctx).into_iter().filter(|t| t.name != "latency"));
     tables.extend(cost::tables(facts, ctx, notes, alerts).into_iter().filter(|t| t.name != "top_users"));
