@@ -93,16 +93,21 @@ impl Counts {
         self.unpriced_requests += other.unpriced_requests;
     }
 
+    /// Whether some of the requests were priced and some were not.
+    fn partly_priced(&self) -> bool {
+        self.unpriced_requests > 0 && self.unpriced_requests < self.requests
+    }
+
     /// The cost to show: `None` when requests were counted and none of
     /// them was priced (never a silent $0).
     pub fn cost(&self) -> Option<f64> {
-        (self.unpriced_requests == 0 || self.unpriced_requests < self.requests).then_some(self.cost_usd)
+        (self.unpriced_requests == 0 || self.partly_priced()).then_some(self.cost_usd)
     }
 
-    /// How [`Counts::cost`] is shown: [`Kind::UsdPartial`] when some of the
-    /// requests were priced and some were not (the sum is a lower bound).
+    /// How [`Counts::cost`] is shown: [`Kind::UsdPartial`] when it is a
+    /// partial sum (a lower bound).
     pub fn cost_kind(&self) -> crate::document::Kind {
-        if self.unpriced_requests > 0 && self.unpriced_requests < self.requests {
+        if self.partly_priced() {
             crate::document::Kind::UsdPartial
         } else {
             crate::document::Kind::Usd

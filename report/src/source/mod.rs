@@ -49,6 +49,13 @@ pub struct Filter {
     pub model: Option<String>,
 }
 
+/// Whether the hot tier answers `day`: it holds the day's partition and
+/// the day is not released (a released day's hot rows are late ones,
+/// waiting to be archived as a supplement, never the day).
+fn hot_answers(day: Day, held: &BTreeSet<Day>, released: &BTreeSet<Day>) -> bool {
+    held.contains(&day) && !released.contains(&day)
+}
+
 /// The tier of each day of `range`, given what each tier holds.
 pub fn route(
     range: Range,
@@ -60,9 +67,7 @@ pub fn route(
     range
         .iter()
         .map(|day| {
-            // A released day's hot rows are late ones (waiting to be
-            // archived as a supplement), never the day.
-            let tier = if hot_days.contains(&day) && !released.contains(&day) {
+            let tier = if hot_answers(day, hot_days, released) {
                 Tier::Hot
             } else if aggregated.contains(&day) {
                 Tier::Aggregates
@@ -150,9 +155,9 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -
     Ok(facts)
 }
 
-/// Of `hot_days`, those the hot tier no longer holds, or the catalog now
-/// records as released. A hot tier that no longer answers changes nothing:
-/// what was read stands.
+/// Of `hot_days`, those the hot tier no longer answers ([`hot_answers`]
+/// on a fresh listing and catalog). A hot tier that no longer responds
+/// changes nothing: what was read stands.
 async fn released_meanwhile(stores: &Stores, hot_days: &[Day]) -> Result<BTreeSet<Day>, ReportError> {
     if hot_days.is_empty() {
         return Ok(BTreeSet::new());
@@ -160,7 +165,7 @@ async fn released_meanwhile(stores: &Stores, hot_days: &[Day]) -> Result<BTreeSe
     let Ok(partitions) = stores.hot.partitions().await else { return Ok(BTreeSet::new()) };
     let held: BTreeSet<Day> = partitions.into_iter().map(|p| p.day).collect();
     let released: BTreeSet<Day> = stores.catalog.days().await?.into_iter().filter(|r| r.state == DayState::Released).map(|r| r.day).collect();
-    Ok(hot_days.iter().copied().filter(|d| !held.contains(d) || released.contains(d)).collect())
+    Ok(hot_days.iter().copied().filter(|d| !hot_answers(*d, &held, &released)).collect())
 }
 
 #[cfg(test)]
