@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's demo: installs what is missing, builds, starts the local
-# services, generates 14 days of traffic (2% invalid), produces it to Kafka,
+# services, generates 14 days of traffic (2% invalid; a slow canary and a
+# queueing regression planted for the report to find), produces it to Kafka,
 # runs ingest until the topic is drained, then the compactor (daily and
 # hourly aggregates with their cost into Postgres, a sampled Parquet
 # archive on S3: the tail whole, weights that keep the totals exact),
@@ -63,6 +64,9 @@ invalid=0.02
 step "generating 14 days of traffic: $produced events, $invalid invalid on purpose"
 "$bin/inferlog-schema" generate --count $produced --days 14 --seed 7 --invalid-ratio $invalid > "$work/events.jsonl"
 "$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 || true
+step "planting a slow canary (llama 2024-09-25 on long inputs) and queueing on 8k-32k inputs this week, for compare and diagnose to find"
+python3 deploy/local/plant.py < "$work/events.jsonl" > "$work/planted.jsonl"
+mv "$work/planted.jsonl" "$work/events.jsonl"
 
 python3 deploy/local/kafkatool.py create-topics --partitions 8 --config retention.ms=518400000 --config segment.ms=86400000 "$run-dlq"
 ingest_config=deploy/local/inferlog.toml
@@ -222,7 +226,11 @@ step "inferlog-report errors: which error shares moved, by code, stage, business
 report "${week[@]}" errors | head -n 16
 step "inferlog-report capacity: load by hour of day and weekday, busiest minutes, daily token trend (two weeks)"
 report --from "$(date -u -d '13 days ago' +%F)" --to "$(date -u +%F)" capacity
-step "the HTML page (overview, performance, cost, cache, errors; one self-contained file)"
-report "${week[@]}" --html "$work/report.html" page > "$work/report.json"
+step "inferlog-report diagnose: success rate, then TTFT, TPOT and tokens against last week; where it stops, what explains it"
+report "${week[@]}" diagnose
+step "inferlog-report compare: is llama-3.1-70b-instruct 2024-09-25 better than 2024-07-23? (by input bucket)"
+report "${week[@]}" compare --model llama-3.1-70b-instruct --a 2024-07-23 --b 2024-09-25 | awk 'NR <= 6 || $2 == "all"'
+step "the HTML page (overview, diagnosis, performance, version comparison, cost, cache, errors; one self-contained file)"
+report "${week[@]}" --format json --html "$work/report.html" page > "$work/report.json"
 echo "  page: $PWD/$work/report.html (its figures: $PWD/$work/report.json)" >&2
 echo "stop the services with: deploy/local/services.sh down" >&2

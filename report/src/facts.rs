@@ -209,6 +209,23 @@ pub struct UserFacts {
     pub tokens: u64,
 }
 
+/// Requests two versions of a model both served (shadow traffic: one
+/// `request_id`, two versions). Hot days only: the aggregates keep no
+/// request ids.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pairs {
+    /// Hot days read.
+    pub days: usize,
+    pub pairs: u64,
+    /// Pairs only version A failed, and only version B.
+    pub a_only_failed: u64,
+    pub b_only_failed: u64,
+    /// B − A of total latency (ms), over the pairs both versions served successfully.
+    pub total_diffs: Vec<f64>,
+    /// B − A of TTFT (ms), over those of them where both carry it.
+    pub ttft_diffs: Vec<f64>,
+}
+
 /// Everything known about the days asked for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Facts {
@@ -221,6 +238,8 @@ pub struct Facts {
     pub users: HashMap<(Day, String), UserFacts>,
     /// What the reader must know about how the facts were read (a tier that did not answer).
     pub notes: Vec<String>,
+    /// The requests two compared versions both served (read for `compare` only).
+    pub pairs: Option<Pairs>,
 }
 
 impl Facts {

@@ -7,7 +7,8 @@
 //!
 //! The flow: [`range`] → [`source`] (each day from ClickHouse or Postgres)
 //! → [`facts`] → [`views`] → [`document`] → [`render`]; [`threshold`]
-//! checks `--fail-if`; [`budget`] is the `budget` view.
+//! checks `--fail-if`; [`budget`] is the `budget` view; [`significance`]
+//! says which differences the counts cannot explain.
 
 pub mod budget;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod error;
 pub mod facts;
 pub mod range;
 pub mod render;
+pub mod significance;
 pub mod source;
 pub mod threshold;
 pub mod views;

@@ -1,8 +1,8 @@
 //! `inferlog-report --config FILE [--from D] [--to D] [--business-line B]
 //! [--model M] [--format text|json|csv] [--html FILE] [--fail-if EXPR]… VIEW`:
 //! one view of the stored data on stdout, each day read from the tier that
-//! holds it. Views: overview, latency, cost, cache, errors, capacity, page,
-//! and `budget [--as-of D]`. Exit 0; 1 when a threshold is crossed
+//! holds it. Views: overview, latency, cost, cache, errors, capacity,
+//! diagnose, page, `compare --a V --b V` and `budget [--as-of D]`. Exit 0; 1 when a threshold is crossed
 //! (`--fail-if`, a business line at 90% of its monthly budget); 2 on
 //! usage, config or store errors.
 
@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use inferlog_report::budget::BudgetReport;
+use inferlog_report::facts::Tier;
 use inferlog_report::range::Range;
 use inferlog_report::source::{Filter, Stores};
 use inferlog_report::threshold::FailIf;
@@ -34,19 +35,19 @@ struct Args {
     #[arg(long)]
     config: PathBuf,
     /// First UTC day of the range (included). Default: 6 days before --to.
-    #[arg(long, value_name = "YYYY-MM-DD")]
+    #[arg(long, global = true, value_name = "YYYY-MM-DD")]
     from: Option<String>,
     /// Last UTC day of the range (included). Default: today.
-    #[arg(long, value_name = "YYYY-MM-DD")]
+    #[arg(long, global = true, value_name = "YYYY-MM-DD")]
     to: Option<String>,
     /// Only this business line.
-    #[arg(long)]
+    #[arg(long, global = true)]
     business_line: Option<String>,
     /// Only this model (model_name).
-    #[arg(long)]
+    #[arg(long, global = true)]
     model: Option<String>,
     /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, global = true, value_enum, default_value = "text")]
     format: Format,
     /// Also write the HTML page (overview, performance, cost, cache, errors) to this file.
     #[arg(long, value_name = "FILE")]
@@ -65,6 +66,15 @@ struct Args {
 enum Command {
     #[command(flatten)]
     View(View),
+    /// Version B of a model against version A: requests, output lengths, error shares and TTFT/TPOT/total percentiles per input × output bucket, marked where B differs beyond what the counts explain; and the requests both served.
+    Compare {
+        /// Version A (the baseline).
+        #[arg(long, value_name = "VERSION")]
+        a: String,
+        /// Version B (the candidate).
+        #[arg(long, value_name = "VERSION")]
+        b: String,
+    },
     /// Each business line's spend, budget, used share and month-end forecast; exit 1 when any has used 90% or more.
     Budget {
         /// Report as of this day (the days before it are closed). Default: today (UTC).
@@ -95,9 +105,10 @@ async fn budget(config: &Config, as_of: Option<String>, format: Format) -> Resul
 async fn run(args: Args) -> Result<i32, ReportError> {
     inferlog_store::test_hooks::refuse_unless_built_in(inferlog_report::source::HOLD_ENV).map_err(ReportError::Config)?;
     let config = Config::load(&args.config)?;
-    let view = match args.view {
+    let (view, versions) = match args.view {
         Command::Budget { as_of } => return budget(&config, as_of, args.format).await,
-        Command::View(view) => view,
+        Command::View(view) => (view, None),
+        Command::Compare { a, b } => (View::Compare, Some(views::compare::Versions { model: args.model.clone(), a, b })),
     };
     let now = now_ms();
     let today = inferlog_store::day_of_ms(now);
@@ -116,7 +127,16 @@ async fn run(args: Args) -> Result<i32, ReportError> {
 
     let compares = view.compares() || args.html.is_some();
     let hours = view.shows_hours() || args.html.is_some();
-    let facts = inferlog_report::source::load(&stores, if compares { range.with_previous() } else { range }, &filter, hours).await?;
+    let mut facts = inferlog_report::source::load(&stores, if compares { range.with_previous() } else { range }, &filter, hours).await?;
+    // The versions compared, and the requests both served on the hot days (the page compares too).
+    let versions = versions.or_else(|| (view == View::Page || args.html.is_some()).then(|| views::compare::pick(&facts, range)).flatten());
+    if let Some(v) = &versions {
+        let hot_days: Vec<_> = range.iter().filter(|d| facts.tier(*d) == Tier::Hot).collect();
+        if !hot_days.is_empty() {
+            let narrowed = Filter { business_line: filter.business_line.clone(), model: v.model.clone() };
+            facts.pairs = Some(inferlog_report::source::hot::pairs(&stores.hot, &hot_days, &narrowed, &v.a, &v.b).await?);
+        }
+    }
     let wants_budgets = matches!(view, View::Cost | View::Page) || args.html.is_some();
     let budgets = if wants_budgets {
         let as_of = (range.to + 1).min(today);
@@ -126,7 +146,7 @@ async fn run(args: Args) -> Result<i32, ReportError> {
     } else {
         Vec::new()
     };
-    let ctx = Context { range, filter, now_ms: now, budgets, top_users: args.top_users };
+    let ctx = Context { range, filter, now_ms: now, budgets, top_users: args.top_users, versions };
 
     let mut doc = views::build(view, &facts, &ctx);
     let codes: Vec<(i32, String)> = stores.dictionary.entries().iter().filter(|(c, _)| *c != 0).cloned().collect();

@@ -105,6 +105,16 @@ impl Histogram {
         self.zeros + self.counts.iter().sum::<u64>()
     }
 
+    /// How many values lie above `value`'s bucket: the values greater than
+    /// `value`, up to the values sharing its bucket (within α of it).
+    pub fn count_above(&self, value: f64) -> u64 {
+        if value <= 0.0 {
+            return self.counts.iter().sum();
+        }
+        let first = bucket(value) + 1 - self.offset;
+        self.counts.iter().skip(first.max(0) as usize).sum()
+    }
+
     /// The floor-rank `q`-quantile (the value at 0-based position
     /// floor(q·n), as the exact aggregates define it), within α; `None`
     /// when empty.
@@ -174,6 +184,20 @@ mod tests {
         }
         assert_eq!(bucket(1e-9), bucket(MIN_VALUE));
         assert_eq!(bucket(f64::MAX), MAX_INDEX);
+    }
+
+    #[test]
+    fn values_above_a_value_are_counted_from_the_next_bucket() {
+        let mut h = Histogram::new();
+        for v in [0.0, 0.0, 1.0, 10.0, 10.05, 11.0, 500.0] {
+            h.add(v);
+        }
+        assert_eq!(h.count_above(0.0), 5, "every positive value");
+        assert_eq!(h.count_above(-1.0), 5);
+        assert_eq!(h.count_above(10.0), 2, "10.05 shares 10's bucket; 11 and 500 are above it");
+        assert_eq!(h.count_above(bucket_value(bucket(11.0))), 1, "a quantile's answer counts its own bucket as not above");
+        assert_eq!(h.count_above(1000.0), 0);
+        assert_eq!(h.count_above(0.5), 5, "below the lowest bucket: all positive values");
     }
 
     #[test]

@@ -85,9 +85,15 @@ fn tiers(doc: &Value) -> Vec<(String, String)> {
 /// On the last day, 20% of one line's 1k-2k requests fail with
 /// context_length_exceeded, so the errors view has a jump to find.
 fn scenario(name: &str, count: usize, seed: u64) -> (TierScenario, Vec<InferenceEvent>, i32) {
+    scenario_with(name, count, seed, |_, _| {})
+}
+
+/// [`scenario`], with `plant` changing the events (given the day `t`) before they are stored.
+fn scenario_with(name: &str, count: usize, seed: u64, plant: impl FnOnce(&mut Vec<InferenceEvent>, i32)) -> (TierScenario, Vec<InferenceEvent>, i32) {
     let t = today();
     let s = TierScenario::new(name, PRICES);
     let mut events = TierScenario::events(count, 6, t - 1, seed);
+    plant(&mut events, t);
     let mut flipped = 0;
     for e in events.iter_mut().filter(|e| day_of(e) == t - 1 && e.business_line == "chat-assistant" && input_bucket(e) == "1k-2k") {
         flipped += 1;
@@ -356,7 +362,19 @@ fn the_page_loads_in_chromium_without_network_and_shows_the_data() {
 
     let charts = seen["charts"].as_array().expect("charts");
     let ids: Vec<&str> = charts.iter().filter_map(|c| c["chart"].as_str()).collect();
-    for id in ["requests", "tokens", "ttft", "tpot", "latency_by_input_bucket", "stages", "cost_by_business_line", "cache", "errors"] {
+    for id in [
+        "requests",
+        "tokens",
+        "ttft",
+        "tpot",
+        "latency_by_input_bucket",
+        "stages",
+        "compare_ttft",
+        "compare_total",
+        "cost_by_business_line",
+        "cache",
+        "errors",
+    ] {
         assert!(ids.contains(&id), "chart {id} in {ids:?}");
     }
     for c in charts {
@@ -467,4 +485,144 @@ fn a_day_released_while_the_report_reads_it_is_answered_by_the_aggregates() {
     assert_eq!(f(&metric(&doc, "requests")), events.len() as f64, "every request of the range, none lost with the drop");
     let notes = doc["notes"].to_string();
     assert!(notes.contains(&format!("{} released from the hot tier while the report read it", day_string(t - 2))), "{notes}");
+}
+
+/// Version B of one model is three times slower to the first token on
+/// long inputs (8k tokens and more) and the same elsewhere; on the hot days,
+/// some of A's requests were also served by B (shadow traffic), 50 ms
+/// slower in total. `compare` must mark the long buckets and only them,
+/// count every pair, and agree with the events on every count and p99.
+#[test]
+fn compare_marks_the_version_slower_on_long_inputs_and_compares_its_shadow_pairs() {
+    const MODEL: &str = "llama-3.1-70b-instruct";
+    const A: &str = "2024-07-23";
+    const B: &str = "2024-09-25";
+    let long = |e: &InferenceEvent| ["8k-32k", "32k+"].contains(&input_bucket(e));
+    let mut shadowed = 0u64;
+    let (s, events, t) = scenario_with("report_compare", 24_000, 71, |events, t| {
+        // Long inputs are rare in generated traffic: a quarter of the model's requests become 9k-29k tokens long.
+        for (i, e) in events.iter_mut().filter(|e| e.model_name == MODEL).enumerate().filter(|(i, _)| i % 4 == 0) {
+            e.input_tokens = 9_000 + (i as u32 * 37) % 20_000;
+        }
+        for e in events.iter_mut().filter(|e| e.model_name == MODEL && e.model_version == B && long(e)) {
+            let ttft = e.ttft_ms.unwrap_or(0.0);
+            e.ttft_ms = Some(3.0 * ttft);
+            e.total_latency_ms += 2.0 * ttft;
+        }
+        let mut shadows = Vec::new();
+        for e in events.iter().filter(|e| e.model_name == MODEL && e.model_version == A && day_of(e) >= t - 2).step_by(4) {
+            let mut b = e.clone();
+            b.model_version = B.into();
+            b.total_latency_ms += 50.0;
+            shadows.push(b);
+        }
+        shadowed = shadows.len() as u64;
+        events.extend(shadows);
+    });
+    let (from, to) = (day_string(t - 6), day_string(t - 1));
+    let doc = report_json(&s, &["--from", &from, "--to", &to, "compare", "--model", MODEL, "--a", A, "--b", B], "compare.log");
+
+    // Independent figures per (input, output) row, "all" included: per version (requests, errors, TTFTs).
+    type Side = (u64, u64, Vec<f64>);
+    let mut by_row: BTreeMap<(String, String), [Side; 2]> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.model_name == MODEL) {
+        let side = match e.model_version.as_str() {
+            A => 0,
+            B => 1,
+            _ => continue,
+        };
+        let (i, o) = (input_bucket(e).to_owned(), e.output_bucket().as_str().to_owned());
+        for key in [("all".to_owned(), "all".to_owned()), (i.clone(), "all".to_owned()), (i, o)] {
+            let entry = &mut by_row.entry(key).or_default()[side];
+            entry.0 += 1;
+            entry.1 += u64::from(e.error_code != 0);
+            entry.2.extend(e.ttft_ms);
+        }
+    }
+    let table = rows(&doc, "compare");
+    assert_eq!(table.len(), by_row.len(), "one row per input x output bucket both versions served, plus the totals");
+    for row in table {
+        let key = (row["input_bucket"].as_str().unwrap_or("").to_owned(), row["output_bucket"].as_str().unwrap_or("").to_owned());
+        let sides = by_row.get_mut(&key).unwrap_or_else(|| panic!("unexpected row {key:?}"));
+        for (i, suffix) in ["a", "b"].iter().enumerate() {
+            let (n, errors, ttft) = &mut sides[i];
+            assert_eq!(row[format!("requests_{suffix}")], *n, "{key:?} requests {suffix}");
+            if *n > 0 {
+                close(f(&row[format!("error_share_{suffix}")]), *errors as f64 / *n as f64, &format!("{key:?} errors {suffix}"));
+            }
+            if !ttft.is_empty() {
+                within_1pct(f(&row[format!("ttft_p99_ms_{suffix}")]), exact(ttft, 0.99), &format!("{key:?} TTFT p99 {suffix}"));
+            }
+        }
+        let mark = row["ttft_b_vs_a"].as_str().unwrap_or("?");
+        let (n_a, n_b) = (sides[0].0, sides[1].0);
+        if key.1 != "all" || key.0 == "all" {
+            continue;
+        }
+        if ["8k-32k", "32k+"].contains(&key.0.as_str()) {
+            if n_a.min(n_b) >= 300 {
+                assert!(mark.contains("slower p99") && mark.contains("slower p50"), "{key:?} ({n_a} vs {n_b}): {mark:?}");
+            }
+            assert!(!mark.contains("faster"), "{key:?}: {mark:?}");
+        } else {
+            assert!(mark.is_empty() || mark == "too few", "{key:?} is not slower ({n_a} vs {n_b}): {mark:?}");
+        }
+    }
+    let long_row = table.iter().find(|r| r["input_bucket"] == "8k-32k" && r["output_bucket"] == "all").expect("8k-32k row");
+    assert!(long_row["requests_a"].as_u64().unwrap_or(0) >= 300, "the traffic has long inputs to compare: {long_row}");
+
+    // The pairs: every shadowed request of the hot days, B 50 ms slower where both succeeded.
+    let pairs = rows(&doc, "compare_pairs");
+    let total = pairs.iter().find(|r| r["measure"] == "total").expect("total");
+    let shadow_ok = events.iter().filter(|e| e.model_name == MODEL && e.model_version == B && day_of(e) >= t - 2 && e.error_code == 0).count();
+    assert_eq!(pairs.iter().find(|r| r["measure"].as_str().is_some_and(|m| m.starts_with("errors"))).expect("errors")["pairs"], shadowed);
+    assert!(total["pairs"].as_u64().unwrap_or(0) > 0 && total["pairs"].as_u64().unwrap_or(0) <= shadow_ok as u64, "{total}");
+    assert_eq!(total["b_higher"], total["pairs"], "every pair is slower on B: {total}");
+    close(f(&total["median_b_minus_a_ms"]), 50.0, "median difference");
+    assert_eq!(total["b_vs_a"], "slower");
+    let (code, text) = report(&s, &["--from", &from, "--to", &to, "compare", "--model", MODEL, "--a", A, "--b", B], "compare-text.log");
+    assert_eq!(code, 0, "{}", s.log("compare-text.log"));
+    assert!(text.contains("Mood's quantile test"), "the text names its test: {text}");
+}
+
+/// In the last three days, requests of 8k-32k input tokens wait 3 s more
+/// in the queue. `diagnose` must pass the success rate, stop at TTFT p99,
+/// and name that input bucket and the queue, with the p99s and the share
+/// explained computed again from the events.
+#[test]
+fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
+    let (s, events, t) = scenario_with("report_diagnose", 24_000, 73, |events, t| {
+        for e in events.iter_mut().filter(|e| day_of(e) >= t - 3 && input_bucket(e) == "8k-32k" && e.ttft_ms.is_some()) {
+            e.queue_wait_ms = Some(e.queue_wait_ms.unwrap_or(0.0) + 3000.0);
+            e.ttft_ms = e.ttft_ms.map(|v| v + 3000.0);
+            e.total_latency_ms += 3000.0;
+        }
+    });
+    let (from, to) = (day_string(t - 3), day_string(t - 1));
+    let doc = report_json(&s, &["--from", &from, "--to", &to, "diagnose"], "diagnose.log");
+    let path = rows(&doc, "diagnosis");
+    let steps: Vec<(&str, &str)> = path.iter().map(|r| (r["step"].as_str().unwrap_or(""), r["verdict"].as_str().unwrap_or(""))).collect();
+    assert_eq!(steps, [("success rate", "fine"), ("TTFT p99", "worse")], "{path:?}");
+    let ttft = &path[1];
+    assert_eq!((ttft["dimension"].as_str(), ttft["value"].as_str()), (Some("input bucket"), Some("8k-32k")), "{ttft}");
+    assert!(ttft["stage"].as_str().is_some_and(|s| s.starts_with("queue p99")), "{ttft}");
+
+    let now = |e: &&InferenceEvent| day_of(e) >= t - 3;
+    let ttfts = |keep: &dyn Fn(&&InferenceEvent) -> bool| events.iter().filter(keep).filter_map(|e| e.ttft_ms).collect::<Vec<f64>>();
+    let mut before = ttfts(&|e| !now(e));
+    let mut current = ttfts(&now);
+    let split = exact(&mut before, 0.99);
+    within_1pct(f(&ttft["previous"]), split, "previous TTFT p99");
+    within_1pct(f(&ttft["current"]), exact(&mut current, 0.99), "current TTFT p99");
+    // The excess tail above the previous p99, and the 8k-32k bucket's part of it.
+    let above = |v: &[f64]| v.iter().filter(|x| **x > split).count() as f64;
+    let excess = above(&current) - current.len() as f64 * above(&before) / before.len() as f64;
+    let bucket = |e: &&InferenceEvent| input_bucket(e) == "8k-32k";
+    let (b_now, b_before) = (ttfts(&|e| now(e) && bucket(e)), ttfts(&|e| !now(e) && bucket(e)));
+    let part = above(&b_now) - b_now.len() as f64 * above(&b_before) / b_before.len() as f64;
+    let explains = f(&ttft["explains"]);
+    assert!((explains - part / excess).abs() < 0.05, "explains {explains}, from the events {}", part / excess);
+    let dims = rows(&doc, "diagnosis_dimensions");
+    assert_eq!(dims[0]["dimension"], "input bucket", "the input bucket explains most: {dims:?}");
+    assert!(dims.iter().any(|d| d["dimension"] == "business line" && f(&d["explains"]) < explains), "{dims:?}");
 }

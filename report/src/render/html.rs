@@ -1,10 +1,11 @@
 //! The HTML page. In: the `page` view's [`Document`]. Out: one
 //! self-contained file (inline CSS and SVG, the document's JSON embedded,
-//! no script, no font or request beyond the file): the overview, traffic
-//! and latency time series, latency by input bucket, the stage breakdown,
-//! cost by business line, cache and errors. Every figure shown is a cell of
-//! the JSON document, marked `data-figure="<table>.<row>.<column>"` with
-//! its raw `data-value`.
+//! no script, no font or request beyond the file): the overview, the
+//! diagnosis walk, traffic and latency time series, latency by input
+//! bucket, the stage breakdown, the version comparison, cost by business
+//! line, cache and errors. Every figure shown is a cell of the JSON
+//! document, marked `data-figure="<table>.<row>.<column>"` with its raw
+//! `data-value`.
 
 use crate::document::{Cell, Document, Kind, Table};
 use crate::render::svg::{bar_chart, escape, line_chart, Series};
@@ -151,6 +152,13 @@ pub fn page(doc: &Document, generated: &str) -> String {
     body.push_str(&html_table(overview, 100));
     body.push_str(&html_table(table("errors_by_code"), 100));
 
+    // Diagnosis: the path the decision tree took.
+    body.push_str("<h2 id=\"diagnosis\">Diagnosis</h2>");
+    body.push_str(&html_table(table("diagnosis"), 100));
+    if let Some(dims) = doc.table("diagnosis_dimensions") {
+        body.push_str(&html_table(dims, 100));
+    }
+
     // Traffic and latency over time.
     let hourly = table("hourly");
     let hours = labels(hourly, "hour", None);
@@ -202,6 +210,35 @@ pub fn page(doc: &Document, generated: &str) -> String {
     body.push_str(&html_table(by_bucket, 100));
     body.push_str(&html_table(stages, 100));
     body.push_str(&html_table(hourly, 0));
+
+    // Version comparison (the page's pick, or --a/--b).
+    if let Some(compare) = doc.table("compare") {
+        let mut by_input = compare.clone();
+        by_input.rows.retain(|r| r[0].display() != "all" && r[1].display() == "all");
+        body.push_str(&format!("<h2 id=\"compare\">Version comparison</h2><p class=\"meta\">{}</p><div class=\"grid\">", escape(&compare.title)));
+        body.push_str(&chart(
+            bar_chart,
+            "compare_ttft",
+            "TTFT p99 by input bucket: A against B (ms)",
+            &labels(&by_input, "input_bucket", None),
+            &series(&by_input, &[("ttft_p99_ms_a", "A"), ("ttft_p99_ms_b", "B")]),
+            Kind::Ms,
+        ));
+        body.push_str(&chart(
+            bar_chart,
+            "compare_total",
+            "total latency p99 by input bucket: A against B (ms)",
+            &labels(&by_input, "input_bucket", None),
+            &series(&by_input, &[("total_p99_ms_a", "A"), ("total_p99_ms_b", "B")]),
+            Kind::Ms,
+        ));
+        body.push_str("</div>");
+        body.push_str(&html_table(compare, 60));
+        body.push_str(&html_table(table("compare_errors"), 30));
+        if let Some(pairs) = doc.table("compare_pairs") {
+            body.push_str(&html_table(pairs, 10));
+        }
+    }
 
     // Cost.
     let lines = table("cost_by_business_line");

@@ -13,7 +13,7 @@ use inferlog_store::model::stored::FoldRow;
 use inferlog_store::Day;
 
 use crate::error::ReportError;
-use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Tier, UserFacts};
+use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Pairs, Tier, UserFacts};
 use crate::source::Filter;
 
 /// The query streaming one day's rows; `?` binds the day, then the filter's values.
@@ -26,6 +26,79 @@ fn rows_sql(table: &str, filter: &Filter) -> String {
         sql.push_str(" AND model_name = ?");
     }
     sql
+}
+
+/// One request both versions served: each version's total latency, TTFT
+/// (`*_ttft` counts only where `*_ttft_n` > 0) and error code.
+#[derive(Debug, Clone, Copy, clickhouse::Row, serde::Deserialize)]
+struct PairRow {
+    a_total: f64,
+    b_total: f64,
+    a_ttft: f64,
+    b_ttft: f64,
+    a_ttft_n: u64,
+    b_ttft_n: u64,
+    a_error: i32,
+    b_error: i32,
+}
+
+/// The query of the requests both versions served on one day; `?` binds
+/// versions A and B four times (one pair per measure), the day, A and B,
+/// then the filter's values. ClickHouse 18.16's `anyIf` of a Nullable
+/// column answers 0, not NULL, where no row of the version carries a
+/// value, so TTFT comes with a count of the rows that carry it.
+fn pairs_sql(table: &str, filter: &Filter) -> String {
+    let mut sql = format!(
+        "SELECT anyIf(total_latency_ms, model_version = ?) AS a_total, anyIf(total_latency_ms, model_version = ?) AS b_total, \
+         anyIf(ifNull(ttft_ms, 0), model_version = ? AND isNotNull(ttft_ms)) AS a_ttft, \
+         anyIf(ifNull(ttft_ms, 0), model_version = ? AND isNotNull(ttft_ms)) AS b_ttft, \
+         countIf(model_version = ? AND isNotNull(ttft_ms)) AS a_ttft_n, countIf(model_version = ? AND isNotNull(ttft_ms)) AS b_ttft_n, \
+         anyIf(error_code, model_version = ?) AS a_error, anyIf(error_code, model_version = ?) AS b_error \
+         FROM {table} FINAL WHERE day = toDate(?) AND model_version IN (?, ?)"
+    );
+    if filter.business_line.is_some() {
+        sql.push_str(" AND business_line = ?");
+    }
+    if filter.model.is_some() {
+        sql.push_str(" AND model_name = ?");
+    }
+    sql.push_str(" GROUP BY request_id HAVING uniqExact(model_version) = 2");
+    sql
+}
+
+/// The requests versions `a` and `b` both served on `days` (hot days).
+pub async fn pairs(hot: &HotTier, days: &[Day], filter: &Filter, a: &str, b: &str) -> Result<Pairs, ReportError> {
+    let sql = pairs_sql(&hot.qualified(), filter);
+    let mut out = Pairs { days: days.len(), ..Pairs::default() };
+    for &day in days {
+        let mut query = hot.client().query(&sql);
+        for _ in 0..4 {
+            query = query.bind(a).bind(b);
+        }
+        query = query.bind(inferlog_store::day_string(day)).bind(a).bind(b);
+        if let Some(line) = &filter.business_line {
+            query = query.bind(line);
+        }
+        if let Some(model) = &filter.model {
+            query = query.bind(model);
+        }
+        let mut cursor = query.fetch::<PairRow>().map_err(hot.error("report pairs"))?;
+        while let Some(p) = cursor.next().await.map_err(hot.error("report pairs"))? {
+            out.pairs += 1;
+            match (p.a_error != 0, p.b_error != 0) {
+                (true, false) => out.a_only_failed += 1,
+                (false, true) => out.b_only_failed += 1,
+                (true, true) => {}
+                (false, false) => {
+                    out.total_diffs.push(p.b_total - p.a_total);
+                    if p.a_ttft_n > 0 && p.b_ttft_n > 0 {
+                        out.ttft_diffs.push(p.b_ttft - p.a_ttft);
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Reads `days` from the hot tier.
@@ -158,6 +231,14 @@ mod tests {
         );
         assert_eq!(facts.users.len(), 2, "rows without a user are not a user");
         assert_eq!(facts.users[&(20_000, "u2".to_owned())].tokens, 1200);
+    }
+
+    #[test]
+    fn pairs_are_requests_both_versions_served() {
+        let sql = pairs_sql("d.t", &Filter { business_line: None, model: Some("y".into()) });
+        assert_eq!(sql.matches('?').count(), 8 + 3 + 1, "{sql}");
+        assert!(sql.contains("FROM d.t FINAL WHERE day = toDate(?) AND model_version IN (?, ?) AND model_name = ?"), "{sql}");
+        assert!(sql.ends_with("GROUP BY request_id HAVING uniqExact(model_version) = 2"), "{sql}");
     }
 
     #[test]

@@ -166,7 +166,7 @@ mod tests {
         add(&mut f, "chat", "priced", 5, Some(1.0));
         add(&mut f, "chat", "unknown", 5, None);
         add(&mut f, "batch", "unknown", 7, None);
-        let ctx = Context { range: Range { from: 10, to: 10 }, filter: Default::default(), now_ms: 0, budgets: vec![], top_users: 0 };
+        let ctx = Context { range: Range { from: 10, to: 10 }, filter: Default::default(), now_ms: 0, budgets: vec![], top_users: 0, versions: None };
         let mut notes = Vec::new();
         let lines = &tables(&f, &ctx, &mut notes, &mut Vec::new())[0];
         let shown: Vec<(String, String, String, String)> =

@@ -161,7 +161,14 @@ mod tests {
         add(&mut f, 10, "0-1k", 1000, 1003, 35);
         // A tiny bucket: one error among three requests (33%) is noise, not the headline.
         add(&mut f, 10, "32k+", 3, 1007, 1);
-        let ctx = crate::views::Context { range: Range { from: 10, to: 10 }, filter: Default::default(), now_ms: 0, budgets: vec![], top_users: 0 };
+        let ctx = crate::views::Context {
+            range: Range { from: 10, to: 10 },
+            filter: Default::default(),
+            now_ms: 0,
+            budgets: vec![],
+            top_users: 0,
+            versions: None,
+        };
         let t = &tables(&f, &ctx)[0];
         let first: Vec<String> = t.rows[0].iter().map(Cell::display).collect();
         assert_eq!(first, ["1002", "e1002", "prefill", "chat", "8k-32k", "200", "20.00%", "20", "2.00%", "+18.00 pt", "180.0", "RISING"]);

@@ -151,7 +151,14 @@ mod tests {
     #[test]
     fn groups_come_in_bucket_order_with_their_dominant_stage() {
         let f = facts(&[("search", "32k+", 900.0, 0.5), ("search", "0-1k", 10.0, 5.0), ("search", "8k-32k", 20.0, 9.0), ("ads", "1k-2k", 12.0, 6.0)]);
-        let ctx = Context { range: crate::range::Range { from: 0, to: 0 }, filter: Default::default(), now_ms: 0, budgets: vec![], top_users: 10 };
+        let ctx = Context {
+            range: crate::range::Range { from: 0, to: 0 },
+            filter: Default::default(),
+            now_ms: 0,
+            budgets: vec![],
+            top_users: 10,
+            versions: None,
+        };
         let tables = tables(&f, &ctx);
         let latency = &tables[0];
         let order: Vec<String> = latency.rows.iter().map(|r| format!("{}/{}", r[0].display(), r[1].display())).collect();

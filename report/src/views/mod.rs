@@ -8,11 +8,15 @@
 //! - [`cache`]: cache hits and cached-prefix lengths by model version;
 //! - [`errors`]: error shares by code × stage × line × input bucket, and how they moved;
 //! - [`capacity`]: load by hour of day and weekday, busiest minutes, daily token trend;
-//! - [`page`]: what the HTML page shows (overview, performance, cost, cache, errors, hourly series).
+//! - [`compare`]: two versions of a model side by side, with significance marks, and their shadow pairs;
+//! - [`diagnose`]: the decision tree (success rate → TTFT → TPOT → tokens) walked against the previous range;
+//! - [`page`]: what the HTML page shows (overview, diagnosis, performance, version comparison, cost, cache, errors, hourly series).
 
 pub mod cache;
 pub mod capacity;
+pub mod compare;
 pub mod cost;
+pub mod diagnose;
 pub mod errors;
 pub mod latency;
 pub mod overview;
@@ -37,6 +41,8 @@ pub struct Context {
     pub budgets: Vec<BudgetStatus>,
     /// Hashed users listed by the cost view.
     pub top_users: usize,
+    /// The versions `compare` compares (`None`: the page picks them, [`compare::pick`]).
+    pub versions: Option<compare::Versions>,
 }
 
 /// The views a user can ask for (the command's subcommands; the doc
@@ -55,6 +61,11 @@ pub enum View {
     Errors,
     /// Requests and tokens per hour of day and weekday, busiest minutes, daily token trend.
     Capacity,
+    /// Two versions of a model side by side (`compare --a V --b V`; a subcommand of its own).
+    #[command(skip)]
+    Compare,
+    /// Where the problem is: success rate, then TTFT, TPOT and tokens against the previous range, naming the dimension that explains the change.
+    Diagnose,
     /// Everything the HTML page shows.
     Page,
 }
@@ -62,7 +73,7 @@ pub enum View {
 impl View {
     /// Whether the view compares with the previous range (its facts are loaded too).
     pub fn compares(self) -> bool {
-        matches!(self, View::Overview | View::Errors | View::Page)
+        matches!(self, View::Overview | View::Errors | View::Diagnose | View::Page)
     }
 
     /// Whether the view shows hourly facts (the busiest minutes, the hourly series).
@@ -78,6 +89,8 @@ impl View {
             View::Cache => "cache",
             View::Errors => "errors",
             View::Capacity => "capacity",
+            View::Compare => "compare",
+            View::Diagnose => "diagnose",
             View::Page => "page",
         }
     }
@@ -94,6 +107,8 @@ pub fn build(view: View, facts: &Facts, ctx: &Context) -> Document {
         View::Cache => cache::tables(facts, ctx),
         View::Errors => errors::tables(facts, ctx),
         View::Capacity => capacity::tables(facts, ctx),
+        View::Compare => compare::tables(facts, ctx, &mut notes),
+        View::Diagnose => diagnose::tables(facts, ctx, &mut notes),
         View::Page => page::tables(facts, ctx, &mut notes, &mut alerts),
     };
     let shown = if view.compares() { ctx.range.with_previous() } else { ctx.range };

@@ -163,7 +163,14 @@ mod tests {
         let mut f = Facts { tiers: vec![(8, Tier::None), (9, Tier::Aggregates), (10, Tier::Hot), (11, Tier::None)], ..Facts::default() };
         day_of_traffic(&mut f, 9, 100, 10);
         day_of_traffic(&mut f, 10, 100, 5);
-        let ctx = Context { range: Range { from: 10, to: 11 }, filter: Default::default(), now_ms: i64::MAX, budgets: vec![], top_users: 0 };
+        let ctx = Context {
+            range: Range { from: 10, to: 11 },
+            filter: Default::default(),
+            now_ms: i64::MAX,
+            budgets: vec![],
+            top_users: 0,
+            versions: None,
+        };
         let mut notes = Vec::new();
         let t = &tables(&f, &ctx, &mut notes)[0];
         // 144,000 tokens over day 10's 1,440 minutes, not over two days' 2,880.
