@@ -103,6 +103,12 @@ fn expected_cost(events: &[InferenceEvent], prices: impl Fn(&str, i32) -> Option
     (cost, unpriced)
 }
 
+/// The days of `month` (`YYYY-MM`), counted on the calendar here.
+fn days_in_month(month: &str) -> usize {
+    let first = inferlog_store::parse_day(&format!("{month}-01")).expect("a month");
+    (first..first + 32).take_while(|d| day_string(*d).starts_with(month)).count()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-9)
 }
@@ -257,7 +263,12 @@ fn hourly_rollups_cost_reprice_and_budgets_equal_independent_figures() {
         .find_map(|l| l.strip_prefix("inferlog_budget_used_ratio{business_line=\"search\"} "))
         .and_then(|v| v.parse().ok())
         .expect("exported ratio");
-    assert!(close(used, exported), "report {used}, exported {exported}");
+    // Both against the spend computed here: search's priced cost of the month of yesterday (the report's as-of is today).
+    let month_now = &day_string(today() - 1)[..7];
+    let spent_now: f64 =
+        first.iter().filter(|(k, _)| k.starts_with(month_now) && k.split('|').nth(1) == Some("search")).filter_map(|(_, c)| *c).sum();
+    assert!(close(used, spent_now / 0.01), "report {used}, from the events {}", spent_now / 0.01);
+    assert!(close(exported, spent_now / 0.01), "exported {exported}, from the events {}", spent_now / 0.01);
 
     // Budgets as of the day after the last one: the month of `last`.
     let as_of = day_string(last + 1);
@@ -269,9 +280,11 @@ fn hourly_rollups_cost_reprice_and_budgets_equal_independent_figures() {
     let search = report["lines"].as_array().expect("lines").iter().find(|l| l["business_line"] == "search").expect("search");
     assert_eq!((search["unit"].as_str(), search["basis"].as_str(), search["budget"].as_f64()), (Some("usd"), Some("configured"), Some(0.01)));
     assert!(close(search["spent"].as_f64().expect("spent"), spent), "spent {} vs {spent}", search["spent"]);
-    let elapsed = search["days_elapsed"].as_f64().expect("days");
-    let days = search["days_in_month"].as_f64().expect("days");
-    assert!(close(search["forecast"].as_f64().expect("forecast"), spent / elapsed * days), "{search}");
+    // The forecast at the rate of the month's days with aggregates (the event days in it), over the month's length.
+    let covered = (last - 2..=last).filter(|d| day_string(*d).starts_with(month)).count() as f64;
+    let days = days_in_month(month) as f64;
+    assert_eq!(search["days_covered"].as_f64(), Some(covered), "{search}");
+    assert!(close(search["forecast"].as_f64().expect("forecast"), spent / covered * days), "{search}");
     assert_eq!(report["over"][0], "search");
     let (code, text) = s.run("inferlog-report", &["budget", "--as-of", &as_of], "budget-text.log");
     assert_eq!(code, 1);
@@ -312,4 +325,140 @@ fn hourly_rollups_cost_reprice_and_budgets_equal_independent_figures() {
     assert_eq!(s.psql("SELECT count(*) FROM cost_audit WHERE action = 'reprice'"), "3");
     let (code, _) = s.run("inferlog-compactor", &["reprice", "--from", &to, "--to", &from], "reversed.log");
     assert_eq!(code, 2, "a reversed range is a usage error");
+}
+
+/// `inferlog_merge` in Postgres against the reference merge
+/// ([`inferlog_schema::histogram::Histogram::merge`]) on random histograms:
+/// disjoint, nested and overlapping bucket ranges, zeros only, empty, NULL,
+/// each merged in two orders (the in-place path and the growing one).
+#[test]
+fn inferlog_merge_adds_histograms_as_the_reference_does() {
+    use inferlog_schema::histogram::Histogram;
+    use rand::{Rng, SeedableRng};
+    // Every assertion below names the seed.
+    let seed: u64 = rand::random();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let s = TierScenario::new("merge", "");
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "the catalog is created: {}", s.log("compactor.log"));
+    let mut rows = Vec::new();
+    let mut expected: BTreeMap<u32, Histogram> = BTreeMap::new();
+    for i in 0..400 {
+        let group = i % 4;
+        let hist = if rng.gen_bool(0.05) {
+            None
+        } else {
+            let mut h = Histogram::new();
+            let (start, len) = (rng.gen_range(-40..400), rng.gen_range(0..300));
+            for index in start..start + len {
+                h.add_bucket(Some(index), rng.gen_range(0..20));
+            }
+            h.add_bucket(None, rng.gen_range(0..3));
+            Some(h)
+        };
+        if let Some(h) = &hist {
+            expected.entry(group).or_default().merge(h);
+        }
+        let text =
+            hist.map_or("NULL".to_owned(), |h| format!("'{{{}}}'::bigint[]", h.encode().iter().map(i64::to_string).collect::<Vec<_>>().join(",")));
+        rows.push(format!("({i}, {group}, {text})"));
+    }
+    s.psql("CREATE TABLE merge_input (i int, g int, h bigint[])");
+    // In batches: one argument of a command line holds at most 128 KiB.
+    for batch in rows.chunks(40) {
+        s.psql(&format!("INSERT INTO merge_input VALUES {}", batch.join(",")));
+    }
+    for order in ["i", "i DESC"] {
+        let merged = s.psql(&format!("SELECT g, array_to_string(inferlog_merge(h ORDER BY {order}), ',') FROM merge_input GROUP BY g ORDER BY g"));
+        for line in merged.lines() {
+            let (group, array) = line.split_once('\t').expect("two columns");
+            let values: Vec<i64> = array.split(',').map(|v| v.parse().expect("bigint")).collect();
+            let got = Histogram::decode(&values).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let want = &expected[&group.parse::<u32>().expect("group")];
+            assert_eq!(got.encode(), want.encode(), "group {group}, order {order}, seed {seed}");
+            assert_eq!(got.count(), want.count(), "seed {seed}");
+        }
+    }
+}
+
+/// A line without a configured budget gets 1.2 times its daily average of
+/// the 30 days before the month, over the month's days; the peak GPU memory
+/// columns are the exact floor-rank p50 / p99 and the max of the group's
+/// requests. Both computed here from the events, on a month in the past
+/// (the traffic straddles its first day).
+#[test]
+fn default_budgets_and_gpu_memory_equal_independent_figures() {
+    let this_month = inferlog_store::parse_day(&format!("{}-01", &day_string(today())[..7])).expect("day");
+    let month = day_string(this_month - 1)[..7].to_owned();
+    let first = inferlog_store::parse_day(&format!("{month}-01")).expect("day");
+    let flat = "[[cost.prices]]\nmodel = \"*\"\neffective_from = \"2020-01-01\"\ninput_usd_per_mtok = 0.5\n\
+                cached_input_usd_per_mtok = 0.1\noutput_usd_per_mtok = 1.5\n";
+    let s = TierScenario::new("default_budget", flat);
+    // Four days before the month (its history), three in it.
+    let events = TierScenario::events(8_000, 7, first + 2, 43);
+    s.insert(&events);
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
+    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+    assert_eq!(s.psql("SELECT count(DISTINCT day) FROM daily_aggregates"), "7", "every day aggregated");
+
+    let rates = (0.5, 0.1, 1.5, 0.0);
+    let mut past: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut now: BTreeMap<&str, f64> = BTreeMap::new();
+    for e in &events {
+        let into = if day_of(e) < first { &mut past } else { &mut now };
+        *into.entry(e.business_line.as_str()).or_default() += cost_of(e, rates);
+    }
+    let days = days_in_month(&month) as f64;
+    let (code, json) = s.run("inferlog-report", &["--format", "json", "budget", "--as-of", &day_string(first + 3)], "budget.log");
+    assert_eq!(code, 0, "three days at the usual rate use about a tenth of 1.2 months: {json}{}", s.log("budget.log"));
+    let report: serde_json::Value = serde_json::from_str(&json).expect("budget json");
+    let lines = report["lines"].as_array().expect("lines");
+    assert_eq!(lines.len(), past.len(), "{json}");
+    for line in lines {
+        let name = line["business_line"].as_str().expect("line");
+        let budget = 1.2 * past[name] / 4.0 * days;
+        assert_eq!((line["basis"].as_str(), line["unit"].as_str()), (Some("default"), Some("usd")), "{line}");
+        assert!(close(line["budget"].as_f64().expect("budget"), budget), "{name}: budget {}, from the events {budget}", line["budget"]);
+        assert!(close(line["spent"].as_f64().expect("spent"), now[name]), "{name}: {line}");
+        assert!(close(line["used_ratio"].as_f64().expect("used"), now[name] / budget), "{name}: {line}");
+        assert!(close(line["forecast"].as_f64().expect("forecast"), now[name] / 3.0 * days), "{name}: {line}");
+    }
+
+    // GPU memory per group: exact p50 / p99 (0-based floor(q·n) rank), max and the histogram's count.
+    let mut groups: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for e in &events {
+        let key = format!(
+            "{}|{}|{}|{}|{}|{}",
+            day_string(day_of(e)),
+            e.business_line,
+            e.model_name,
+            e.model_version,
+            e.input_bucket().as_str(),
+            e.output_bucket().as_str()
+        );
+        groups.entry(key).or_default().extend(e.gpu_mem_peak_mb);
+    }
+    let stored = s.psql(
+        "SELECT day || '|' || business_line || '|' || model_name || '|' || model_version || '|' || input_bucket || '|' || output_bucket, \
+         coalesce(gpu_mem_p50_mb::text, ''), coalesce(gpu_mem_p99_mb::text, ''), coalesce(gpu_mem_max_mb::text, ''), coalesce(inferlog_count(gpu_mem_hist), 0) \
+         FROM daily_aggregates ORDER BY 1",
+    );
+    let mut with_gpu = 0;
+    for row in stored.lines() {
+        let f: Vec<&str> = row.split('\t').collect();
+        let values = groups.get_mut(f[0]).unwrap_or_else(|| panic!("unexpected group {}", f[0]));
+        assert_eq!(f[4], values.len().to_string(), "{}: histogram count", f[0]);
+        if values.is_empty() {
+            assert_eq!((f[1], f[2], f[3]), ("", "", ""), "{}: no request reported GPU memory: NULL", f[0]);
+            continue;
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |q: f64| values[((q * values.len() as f64) as usize).min(values.len() - 1)];
+        let got = |i: usize| f[i].parse::<f64>().unwrap_or_else(|e| panic!("{row}: {e}"));
+        assert!(close(got(1), rank(0.5)) && close(got(2), rank(0.99)), "{}: p50 {} p99 {}, exact {} {}", f[0], f[1], f[2], rank(0.5), rank(0.99));
+        assert!(close(got(3), values[values.len() - 1]), "{}: max", f[0]);
+        with_gpu += 1;
+    }
+    assert_eq!(stored.lines().count(), groups.len(), "every group stored, and nothing else");
+    assert!(with_gpu > groups.len() / 2, "most groups report GPU memory: {with_gpu} of {}", groups.len());
 }
