@@ -62,10 +62,21 @@ pub fn shutdown_on(
     Ok(rx)
 }
 
-/// Writes a command's report to stdout (logs go to stderr).
-#[allow(clippy::print_stdout)]
+/// Writes a command's report to stdout (logs go to stderr). A reader
+/// that stops early (`| head`) is no error: the rest is dropped, as other
+/// command-line tools do, instead of a panic and exit 101. Any other
+/// failure (a full disk under `> file`) exits 75: the report was not
+/// delivered, and running it again may.
 pub fn print_stdout(text: &str) {
-    print!("{text}");
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            tracing::error!(error = %e, "cannot write the report to stdout");
+            std::process::exit(i32::from(exit::TRANSIENT));
+        }
+        _ => {}
+    }
 }
 
 /// Runs `work` to completion: its code, or on an error (logged as

@@ -626,3 +626,18 @@ fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
     assert_eq!(dims[0]["dimension"], "input bucket", "the input bucket explains most: {dims:?}");
     assert!(dims.iter().any(|d| d["dimension"] == "business line" && f(&d["explains"]) < explains), "{dims:?}");
 }
+
+/// `inferlog-report … | head`: a reader that stops early is no error (the
+/// demo pipes views into `head` under `set -o pipefail`). The page's JSON
+/// is far larger than a pipe's buffer, so the report's write meets a
+/// closed pipe.
+#[test]
+fn a_reader_that_stops_early_is_no_error() {
+    let (s, _, t) = scenario("report_pipe", 4_000, 67);
+    let (from, to) = (day_string(t - 6), day_string(t - 1));
+    let mut child = s.spawn("inferlog-report", &["--format", "json", "--from", &from, "--to", &to, "page"], "pipe.log", &[]);
+    drop(child.stdout.take());
+    let status = child.wait().expect("wait");
+    assert!(matches!(status.code(), Some(0 | 1)), "exit {status}: {}", s.log("pipe.log"));
+    assert!(!s.log("pipe.log").contains("panicked"), "{}", s.log("pipe.log"));
+}
