@@ -157,6 +157,21 @@ pub struct GroupKey {
     pub output_bucket: String,
 }
 
+#[cfg(test)]
+impl GroupKey {
+    /// A unit test's group (output bucket `0-128`).
+    pub fn of(day: Day, business_line: &str, model_name: &str, model_version: &str, input_bucket: &str) -> GroupKey {
+        GroupKey {
+            day,
+            business_line: business_line.into(),
+            model_name: model_name.into(),
+            model_version: model_version.into(),
+            input_bucket: input_bucket.into(),
+            output_bucket: "0-128".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GroupFacts {
     pub counts: Counts,

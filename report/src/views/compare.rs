@@ -321,14 +321,7 @@ mod tests {
             h.add(ttft_ms + (i % 50) as f64);
         }
         g.hists[TTFT] = Some(h);
-        let key = GroupKey {
-            day: 0,
-            business_line: "search".into(),
-            model_name: "m".into(),
-            model_version: version.into(),
-            input_bucket: input.into(),
-            output_bucket: "0-128".into(),
-        };
+        let key = GroupKey::of(0, "search", "m", version, input);
         (key, g)
     }
 

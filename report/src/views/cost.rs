@@ -146,14 +146,7 @@ mod tests {
     use crate::range::Range;
 
     fn add(f: &mut Facts, line: &str, model: &str, requests: u64, cost: Option<f64>) {
-        let key = GroupKey {
-            day: 10,
-            business_line: line.into(),
-            model_name: model.into(),
-            model_version: "v1".into(),
-            input_bucket: "0-1k".into(),
-            output_bucket: "0-256".into(),
-        };
+        let key = GroupKey::of(10, line, model, "v1", "0-1k");
         let mut counts = Counts { requests, input_tokens: 100 * requests, output_tokens: 10 * requests, ..Counts::default() };
         counts.price(cost);
         f.groups.insert(key, GroupFacts { counts, ..GroupFacts::default() });

@@ -334,14 +334,7 @@ mod tests {
             }
             g.hists[m] = Some(h);
         }
-        let key = GroupKey {
-            day,
-            business_line: line.into(),
-            model_name: "m".into(),
-            model_version: "v1".into(),
-            input_bucket: input.into(),
-            output_bucket: "0-128".into(),
-        };
+        let key = GroupKey::of(day, line, "m", "v1", input);
         f.groups.insert(key, g);
     }
 

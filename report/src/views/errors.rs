@@ -130,14 +130,7 @@ mod tests {
     use crate::facts::{ErrorFacts, ErrorKey, GroupKey};
 
     fn add(f: &mut Facts, day: i32, bucket: &str, requests: u64, code: i32, errors: u64) {
-        let key = GroupKey {
-            day,
-            business_line: "chat".into(),
-            model_name: "m".into(),
-            model_version: "v".into(),
-            input_bucket: bucket.into(),
-            output_bucket: "0-128".into(),
-        };
+        let key = GroupKey::of(day, "chat", "m", "v", bucket);
         f.groups.entry(key).or_default().counts.requests += requests;
         let key = ErrorKey {
             day,

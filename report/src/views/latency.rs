@@ -135,14 +135,7 @@ mod tests {
                 h.add(v);
                 g.hists[m] = Some(h);
             }
-            let key = GroupKey {
-                day: 0,
-                business_line: (*line).into(),
-                model_name: "m".into(),
-                model_version: i.to_string(),
-                input_bucket: (*input).into(),
-                output_bucket: "0-128".into(),
-            };
+            let key = GroupKey::of(0, line, "m", &i.to_string(), input);
             f.groups.insert(key, g);
         }
         f

@@ -141,14 +141,7 @@ mod tests {
     use crate::facts::{Counts, GroupFacts, GroupKey, Tier};
 
     fn day_of_traffic(f: &mut Facts, day: i32, requests: u64, errors: u64) {
-        let key = GroupKey {
-            day,
-            business_line: "chat".into(),
-            model_name: "m".into(),
-            model_version: "v1".into(),
-            input_bucket: "0-1k".into(),
-            output_bucket: "0-256".into(),
-        };
+        let key = GroupKey::of(day, "chat", "m", "v1", "0-1k");
         let counts = Counts { requests, errors, input_tokens: 1440 * requests, ..Counts::default() };
         f.groups.insert(key, GroupFacts { counts, ..GroupFacts::default() });
     }
