@@ -93,7 +93,9 @@ pub async fn publish(
                     .push_bind(cost(&h.model_name, h.usage()))
                     .push_bind(instant(h.peak_minute, 60))
                     .push_bind(h.peak_minute_requests as i64)
-                    .push_bind(h.peak_minute_tokens as i64);
+                    .push_bind(h.peak_minute_tokens as i64)
+                    .push_bind(h.minutes.iter().map(|m| m.0 as i64).collect::<Vec<i64>>())
+                    .push_bind(h.minutes.iter().map(|m| m.1 as i64).collect::<Vec<i64>>());
                 for h in histograms {
                     q.push_bind(h.as_ref().map(Histogram::encode));
                 }

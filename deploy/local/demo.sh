@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's demo: installs what is missing, builds, starts the local
-# services, generates 14 days of traffic (2% invalid; a slow canary and a
-# queueing regression planted for the report to find), produces it to Kafka,
-# runs ingest until the topic is drained, then the compactor (daily and
+# services, generates 14 days of traffic (2% invalid; a slow canary, a
+# queueing regression and a knee planted for the report to find), produces
+# it to Kafka, runs ingest until the topic is drained, then the compactor (daily and
 # hourly aggregates with their cost into Postgres, a sampled Parquet
 # archive on S3: the tail whole, weights that keep the totals exact),
 # the budget report, retention (days past the 7-day hot policy leave
@@ -64,7 +64,7 @@ invalid=0.02
 step "generating 14 days of traffic: $produced events, $invalid invalid on purpose"
 "$bin/inferlog-schema" generate --count $produced --days 14 --seed 7 --invalid-ratio $invalid > "$work/events.jsonl"
 "$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 || true
-step "planting a slow canary (llama 2024-09-25 on long inputs) and queueing on 8k-32k inputs this week, for compare and diagnose to find"
+step "planting a slow canary (llama 2024-09-25 on long inputs), queueing on 8k-32k inputs this week and a knee at peak load, for compare, diagnose and capacity to find"
 python3 deploy/local/plant.py < "$work/events.jsonl" > "$work/planted.jsonl"
 mv "$work/planted.jsonl" "$work/events.jsonl"
 
@@ -224,8 +224,9 @@ step "inferlog-report cache: hit ratio and cached-prefix length by model version
 report "${week[@]}" cache
 step "inferlog-report errors: which error shares moved, by code, stage, business line and input bucket (top 12)"
 report "${week[@]}" errors | head -n 16
-step "inferlog-report capacity: load by hour of day and weekday, busiest minutes, daily token trend (two weeks)"
-report --from "$(date -u -d '13 days ago' +%F)" --to "$(date -u +%F)" capacity
+step "inferlog-report capacity --forecast: load by hour and weekday, the exact per-minute load, the knee (p99 TTFT 7 s), the next week's peak (two weeks)"
+report --from "$(date -u -d '13 days ago' +%F)" --to "$(date -u +%F)" capacity --forecast --knee-ttft-ms 7000 | sed -n '/minute_load\|load per minute/,$p'
+
 step "inferlog-report diagnose: success rate, then TTFT, TPOT and tokens against last week; where it stops, what explains it"
 report "${week[@]}" diagnose
 step "inferlog-report compare: is llama-3.1-70b-instruct 2024-09-25 better than 2024-07-23? (by input bucket)"

@@ -6,28 +6,28 @@ events (JSON lines on stdin, the same lines on stdout, changed in place):
   8k tokens and more three times slower than 2024-07-23 (all 14 days), for
   `inferlog-report compare`;
 - queueing: this week (the 7 UTC days through today, the demo's range),
-  requests of 8k-32k input tokens wait 3 s
-  more in the queue, for `inferlog-report diagnose`.
+  requests of 8k-32k input tokens wait 3 s more in the queue, for
+  `inferlog-report diagnose`;
+- a knee: in the hours whose busiest minute (the whole fleet's) is in the
+  top fifth, one request in 80 waits 8 s more in the queue (all 14 days),
+  for `inferlog-report capacity --forecast --knee-ttft-ms 7000`.
 
 Lines that are not a JSON object with these fields (the invalid events the
-demo sends on purpose) pass through unchanged. Prints what it planted on stderr.
+demo sends on purpose) pass through unchanged. Prints what it planted on
+stderr. Reads everything first: the knee needs each hour's busiest minute.
 
 usage: plant.py < events.jsonl > planted.jsonl
 """
 import datetime
 import json
 import sys
+from collections import Counter
 
 CANARY_MODEL, CANARY_VERSION = "llama-3.1-70b-instruct", "2024-09-25"
 LONG_INPUT = 8192
 QUEUE_MS = 3000.0
-
-
-def shift(event, ms):
-    """Adds `ms` to the total latency and to a reported TTFT."""
-    event["total_latency_ms"] = round(event["total_latency_ms"] + ms, 3)
-    if isinstance(event.get("ttft_ms"), (int, float)):
-        event["ttft_ms"] = round(event["ttft_ms"] + ms, 3)
+KNEE_QUEUE_MS = 8000.0
+KNEE_EVERY = 80
 
 
 def timestamp(value):
@@ -38,32 +38,66 @@ def timestamp(value):
     return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
 
 
+def parse(line):
+    """(event, its time) of a valid line; None for the rest."""
+    try:
+        e = json.loads(line)
+        int(e["input_tokens"])
+        float(e["total_latency_ms"])
+        return e, timestamp(e["timestamp"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def wait(event, ms):
+    """`ms` more in the queue: queue wait, total latency and a reported TTFT."""
+    if not isinstance(event.get("queue_wait_ms"), (int, float)):
+        return False
+    event["queue_wait_ms"] = round(event["queue_wait_ms"] + ms, 3)
+    event["total_latency_ms"] = round(event["total_latency_ms"] + ms, 3)
+    if isinstance(event.get("ttft_ms"), (int, float)):
+        event["ttft_ms"] = round(event["ttft_ms"] + ms, 3)
+    return True
+
+
 def main():
+    lines = sys.stdin.readlines()
+    parsed = [parse(line) for line in lines]
+    per_minute = Counter(int(p[1].timestamp()) // 60 for p in parsed if p)
+    busiest = Counter()
+    for minute, n in per_minute.items():
+        busiest[minute // 60] = max(busiest[minute // 60], n)
+    loads = sorted(busiest.values())
+    knee_from = loads[len(loads) * 4 // 5] if loads else 0
+
     today = datetime.datetime.now(datetime.timezone.utc).date()
-    week_ago = datetime.datetime.combine(today - datetime.timedelta(days=6), datetime.time(), tzinfo=datetime.timezone.utc)
-    canary = queued = 0
-    for line in sys.stdin:
-        try:
-            e = json.loads(line)
-            tokens = int(e["input_tokens"])
-            when = timestamp(e["timestamp"])
-            float(e["total_latency_ms"])
-        except (ValueError, KeyError, TypeError, AttributeError):
+    week_start = datetime.datetime.combine(today - datetime.timedelta(days=6), datetime.time(), tzinfo=datetime.timezone.utc)
+    canary = queued = knee = seen = 0
+    for line, p in zip(lines, parsed):
+        if p is None:
             sys.stdout.write(line)
             continue
+        e, when = p
+        tokens = int(e["input_tokens"])
         if e.get("model_name") == CANARY_MODEL and e.get("model_version") == CANARY_VERSION and tokens >= LONG_INPUT \
                 and isinstance(e.get("prefill_time_ms"), (int, float)):
             extra = 2.0 * e["prefill_time_ms"]
             e["prefill_time_ms"] = round(e["prefill_time_ms"] + extra, 3)
-            shift(e, extra)
+            e["total_latency_ms"] = round(e["total_latency_ms"] + extra, 3)
+            if isinstance(e.get("ttft_ms"), (int, float)):
+                e["ttft_ms"] = round(e["ttft_ms"] + extra, 3)
             canary += 1
-        if LONG_INPUT <= tokens < 32768 and when >= week_ago and isinstance(e.get("queue_wait_ms"), (int, float)):
-            e["queue_wait_ms"] = round(e["queue_wait_ms"] + QUEUE_MS, 3)
-            shift(e, QUEUE_MS)
+        if LONG_INPUT <= tokens < 32768 and when >= week_start and wait(e, QUEUE_MS):
             queued += 1
+        if busiest[int(when.timestamp()) // 3600] >= knee_from:
+            seen += 1
+            if seen % KNEE_EVERY == 0 and wait(e, KNEE_QUEUE_MS):
+                knee += 1
         sys.stdout.write(json.dumps(e, separators=(",", ":")) + "\n")
     print(f"  planted: {canary} long-input requests of {CANARY_MODEL} {CANARY_VERSION} prefill 3x slower; "
-          f"{queued} requests of 8k-32k input tokens this week queue {QUEUE_MS / 1000:.0f} s longer", file=sys.stderr)
+          f"{queued} requests of 8k-32k input tokens this week queue {QUEUE_MS / 1000:.0f} s longer; "
+          f"{knee} requests in the hours whose busiest minute has {knee_from} requests or more queue {KNEE_QUEUE_MS / 1000:.0f} s longer",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

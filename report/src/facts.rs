@@ -195,6 +195,9 @@ pub struct HourFacts {
     pub peak_minute_requests: u64,
     /// Input plus output tokens of the busiest minute.
     pub peak_minute_tokens: u64,
+    /// Per minute of the hour: requests and tokens (`None`: aggregated
+    /// before the aggregates kept minutes; only the busiest one is known).
+    pub minutes: Option<[(u64, u64); 60]>,
     pub hists: HourHists,
 }
 

@@ -112,7 +112,11 @@ async fn run(args: Args) -> Result<i32, ReportError> {
     };
     let now = now_ms();
     let today = inferlog_store::day_of_ms(now);
-    let range = Range::parse(args.from.as_deref(), args.to.as_deref(), today)?;
+    let mut range = Range::parse(args.from.as_deref(), args.to.as_deref(), today)?;
+    if matches!(view, View::Capacity { forecast: true, .. }) && args.from.is_none() {
+        // A forecast fits the growth of a month.
+        range.from = range.to - (views::forecast::FIT_DAYS - 1);
+    }
     let thresholds = args.fail_if.iter().map(|t| FailIf::parse(t)).collect::<Result<Vec<_>, _>>()?;
     let filter = Filter { business_line: args.business_line, model: args.model };
     let dictionary = config.schema.validate().map_err(|e| ReportError::Config(e.to_string()))?;

@@ -85,14 +85,20 @@ fn tiers(doc: &Value) -> Vec<(String, String)> {
 /// On the last day, 20% of one line's 1k-2k requests fail with
 /// context_length_exceeded, so the errors view has a jump to find.
 fn scenario(name: &str, count: usize, seed: u64) -> (TierScenario, Vec<InferenceEvent>, i32) {
-    scenario_with(name, count, seed, |_, _| {})
+    scenario_with(name, count, 6, seed, |_, _| {})
 }
 
-/// [`scenario`], with `plant` changing the events (given the day `t`) before they are stored.
-fn scenario_with(name: &str, count: usize, seed: u64, plant: impl FnOnce(&mut Vec<InferenceEvent>, i32)) -> (TierScenario, Vec<InferenceEvent>, i32) {
+/// [`scenario`] over `days` days, with `plant` changing the events (given the day `t`) before they are stored.
+fn scenario_with(
+    name: &str,
+    count: usize,
+    days: u32,
+    seed: u64,
+    plant: impl FnOnce(&mut Vec<InferenceEvent>, i32),
+) -> (TierScenario, Vec<InferenceEvent>, i32) {
     let t = today();
     let s = TierScenario::new(name, PRICES);
-    let mut events = TierScenario::events(count, 6, t - 1, seed);
+    let mut events = TierScenario::events(count, days, t - 1, seed);
     plant(&mut events, t);
     let mut flipped = 0;
     for e in events.iter_mut().filter(|e| day_of(e) == t - 1 && e.business_line == "chat-assistant" && input_bucket(e) == "1k-2k") {
@@ -371,6 +377,7 @@ fn the_page_loads_in_chromium_without_network_and_shows_the_data() {
         "stages",
         "compare_ttft",
         "compare_total",
+        "knee",
         "cost_by_business_line",
         "cache",
         "errors",
@@ -499,7 +506,7 @@ fn compare_marks_the_version_slower_on_long_inputs_and_compares_its_shadow_pairs
     const B: &str = "2024-09-25";
     let long = |e: &InferenceEvent| ["8k-32k", "32k+"].contains(&input_bucket(e));
     let mut shadowed = 0u64;
-    let (s, events, t) = scenario_with("report_compare", 24_000, 71, |events, t| {
+    let (s, events, t) = scenario_with("report_compare", 24_000, 6, 71, |events, t| {
         // Long inputs are rare in generated traffic: a quarter of the model's requests become 9k-29k tokens long.
         for (i, e) in events.iter_mut().filter(|e| e.model_name == MODEL).enumerate().filter(|(i, _)| i % 4 == 0) {
             e.input_tokens = 9_000 + (i as u32 * 37) % 20_000;
@@ -591,7 +598,7 @@ fn compare_marks_the_version_slower_on_long_inputs_and_compares_its_shadow_pairs
 /// explained computed again from the events.
 #[test]
 fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
-    let (s, events, t) = scenario_with("report_diagnose", 24_000, 73, |events, t| {
+    let (s, events, t) = scenario_with("report_diagnose", 24_000, 6, 73, |events, t| {
         for e in events.iter_mut().filter(|e| day_of(e) >= t - 3 && input_bucket(e) == "8k-32k" && e.ttft_ms.is_some()) {
             e.queue_wait_ms = Some(e.queue_wait_ms.unwrap_or(0.0) + 3000.0);
             e.ttft_ms = e.ttft_ms.map(|v| v + 3000.0);
@@ -625,6 +632,112 @@ fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
     let dims = rows(&doc, "diagnosis_dimensions");
     assert_eq!(dims[0]["dimension"], "input bucket", "the input bucket explains most: {dims:?}");
     assert!(dims.iter().any(|d| d["dimension"] == "business line" && f(&d["explains"]) < explains), "{dims:?}");
+}
+
+/// FNV-1a of `text`: a deterministic coin for thinning events.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Fourteen days of traffic growing 4% a day (earlier days thinned). In
+/// the hours whose busiest minute (fleet-wide) is in the top fifth, 5% of
+/// the requests wait 8 s more before their first token, so those hours'
+/// p99 TTFT is far past the 5 s asked for (the generated traffic's own
+/// p99 is about 3 s). `capacity --forecast` must find the exact
+/// per-minute load, the knee between the clean and the slow hours, the
+/// growth, the expected peak and the days until the knee, each computed
+/// again here from the events (12 days from the aggregates, 2 hot).
+#[test]
+fn capacity_forecast_finds_the_knee_and_when_the_load_reaches_it() {
+    const GROWTH: f64 = 0.04;
+    let mut slow_from = 0;
+    let (s, events, t) = scenario_with("report_forecast", 60_000, 14, 79, |events, t| {
+        events.retain(|e| (fnv(&e.request_id) % 10_000) as f64 / 10_000.0 < (-GROWTH * f64::from(t - 1 - day_of(e))).exp());
+        let mut per_minute: BTreeMap<i64, u64> = BTreeMap::new();
+        for e in events.iter() {
+            *per_minute.entry(e.timestamp_ms.div_euclid(60_000)).or_default() += 1;
+        }
+        let mut busiest: BTreeMap<i64, u64> = BTreeMap::new();
+        for (m, n) in &per_minute {
+            let b = busiest.entry(m.div_euclid(60)).or_default();
+            *b = (*b).max(*n);
+        }
+        let mut loads: Vec<u64> = busiest.values().copied().collect();
+        loads.sort_unstable();
+        slow_from = loads[loads.len() * 4 / 5];
+        let mut seen = 0;
+        for e in events.iter_mut().filter(|e| busiest[&e.timestamp_ms.div_euclid(3_600_000)] >= slow_from) {
+            seen += 1;
+            if seen % 20 == 0 {
+                if let Some(ttft) = e.ttft_ms.as_mut() {
+                    *ttft += 8000.0;
+                    e.total_latency_ms += 8000.0;
+                }
+            }
+        }
+    });
+    let (from, to) = (day_string(t - 14), day_string(t - 1));
+    let doc = report_json(&s, &["--from", &from, "--to", &to, "capacity", "--forecast", "--knee-ttft-ms", "5000"], "forecast.log");
+    let scope = |table: &str| rows(&doc, table).iter().find(|r| r["scope"] == "fleet").unwrap_or_else(|| panic!("no fleet row in {table}")).clone();
+
+    // The fleet's load of every minute of the 14 days (a minute without requests is 0).
+    let mut per_minute: BTreeMap<i64, u64> = (i64::from(t - 14) * 1440..i64::from(t) * 1440).map(|m| (m, 0)).collect();
+    for e in &events {
+        *per_minute.get_mut(&e.timestamp_ms.div_euclid(60_000)).expect("a minute of the range") += 1;
+    }
+    let mut loads: Vec<u64> = per_minute.values().copied().collect();
+    loads.sort_unstable();
+    let p99 = loads[(0.99 * loads.len() as f64) as usize] as f64;
+    let load = scope("minute_load");
+    assert_eq!(load["minutes"], 14 * 1440);
+    assert_eq!(f(&load["p99_requests_per_minute"]), p99);
+    assert_eq!(f(&load["max_requests_per_minute"]), *loads.last().expect("minutes") as f64, "the busiest minute, summed over the series");
+
+    // The knee: hours in ten equal-count bins by their busiest minute; each bin's exact p99 TTFT.
+    let mut hours: BTreeMap<i64, (u64, Vec<f64>)> = BTreeMap::new();
+    for (m, n) in &per_minute {
+        let h = hours.entry(m.div_euclid(60)).or_default();
+        h.0 = h.0.max(*n);
+    }
+    for e in &events {
+        hours.get_mut(&e.timestamp_ms.div_euclid(3_600_000)).expect("an hour").1.extend(e.ttft_ms);
+    }
+    let mut by_load: Vec<(u64, Vec<f64>)> = hours.into_values().filter(|(_, v)| !v.is_empty()).collect();
+    by_load.sort_by_key(|(l, _)| *l);
+    let size = by_load.len().div_ceil(10);
+    let curve: Vec<(f64, f64)> = by_load
+        .chunks(size)
+        .map(|bin| {
+            let mut all: Vec<f64> = bin.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+            (bin.iter().map(|(l, _)| *l as f64).sum::<f64>() / bin.len() as f64, exact(&mut all, 0.99))
+        })
+        .collect();
+    let i = curve.iter().position(|(_, p)| *p >= 5000.0).expect("the slow hours cross 5 s");
+    assert!(i > 0, "the lowest bin is clean: {curve:?}");
+    let ((x0, y0), (x1, y1)) = (curve[i - 1], curve[i]);
+    let knee = x0 + (5000.0 - y0) * (x1 - x0) / (y1 - y0);
+    let reported = scope("knee");
+    assert!(reported["knee"].as_str().is_some_and(|k| k.starts_with("crosses at")), "{reported}");
+    let got = f(&reported["knee_requests_per_minute"]);
+    assert!((got - knee).abs() <= 0.03 * knee, "knee {got}, from the events {knee} (curve {curve:?})");
+    assert!(got <= slow_from as f64 + 0.5, "the knee is at or below the load where the slow hours start ({slow_from}): {got}");
+
+    // Growth, the next 7 days' peak and the days until the knee.
+    let mut daily: BTreeMap<i32, u64> = BTreeMap::new();
+    for e in &events {
+        *daily.entry(day_of(e)).or_default() += 1;
+    }
+    let points: Vec<(f64, f64)> = daily.iter().map(|(d, n)| (f64::from(*d), (*n as f64).ln())).collect();
+    let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / 14.0, points.iter().map(|p| p.1).sum::<f64>() / 14.0);
+    let rate = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / points.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
+    assert!((rate - GROWTH).abs() < 0.01, "the planted growth is what the events show: {rate}");
+    let forecast = scope("forecast");
+    close(f(&forecast["daily_growth"]), rate.exp() - 1.0, "daily growth");
+    let to_today = f64::from(t) - mx;
+    close(f(&forecast["expected_peak_requests_per_minute"]), p99 * (rate * (to_today + 7.0)).exp(), "expected peak");
+    let until = ((knee / (p99 * (rate * to_today).exp())).ln() / rate).max(0.0);
+    let reported_until = f(&forecast["days_until_knee"]);
+    assert!((reported_until - until).abs() <= 0.03 / rate + 1e-9, "days until the knee {reported_until}, from the events {until}");
 }
 
 /// `inferlog-report … | head`: a reader that stops early is no error (the

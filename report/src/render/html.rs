@@ -2,8 +2,8 @@
 //! self-contained file (inline CSS and SVG, the document's JSON embedded,
 //! no script, no font or request beyond the file): the overview, the
 //! diagnosis walk, traffic and latency time series, latency by input
-//! bucket, the stage breakdown, the version comparison, cost by business
-//! line, cache and errors. Every figure shown is a cell of the JSON
+//! bucket, the stage breakdown, the version comparison, the capacity knee
+//! and forecast, cost by business line, cache and errors. Every figure shown is a cell of the JSON
 //! document, marked `data-figure="<table>.<row>.<column>"` with its raw
 //! `data-value`.
 
@@ -238,6 +238,23 @@ pub fn page(doc: &Document, generated: &str) -> String {
         if let Some(pairs) = doc.table("compare_pairs") {
             body.push_str(&html_table(pairs, 10));
         }
+    }
+
+    // Capacity: the knee and the forecast.
+    if let Some(curve) = doc.table("knee_curve") {
+        body.push_str("<h2 id=\"capacity\">Capacity</h2><div class=\"grid\">");
+        body.push_str(&chart(
+            line_chart,
+            "knee",
+            "fleet p99 TTFT by the busiest minute's load (requests/min), against the threshold",
+            &labels(curve, "requests_per_minute", None),
+            &series(curve, &[("p99_ttft_ms", "p99 TTFT"), ("threshold_ms", "threshold")]),
+            Kind::Ms,
+        ));
+        body.push_str("</div>");
+        body.push_str(&html_table(table("knee"), 20));
+        body.push_str(&html_table(table("forecast"), 20));
+        body.push_str(&html_table(table("minute_load"), 20));
     }
 
     // Cost.

@@ -66,6 +66,16 @@ fn common(row: &sqlx::postgres::PgRow) -> Result<(Day, String, String, String, S
     ))
 }
 
+/// An hour's load per minute from its two arrays (`None`: an hour
+/// aggregated before minutes were kept, or arrays not of 60 minutes).
+fn minutes(requests: Option<Vec<i64>>, tokens: Option<Vec<i64>>) -> Option<[(u64, u64); 60]> {
+    let (requests, tokens) = (requests?, tokens?);
+    if requests.len() != 60 || tokens.len() != 60 {
+        return None;
+    }
+    Some(std::array::from_fn(|i| (requests[i].max(0) as u64, tokens[i].max(0) as u64)))
+}
+
 /// The hourly histograms a report shows (TTFT and TPOT per hour); the
 /// others stay in Postgres (they are most of the hourly rows' bytes).
 const HOURLY_HISTOGRAMS: [usize; 2] = [TTFT, TPOT];
@@ -99,7 +109,7 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
     let sql = format!(
         "SELECT (extract(epoch FROM hour) / 3600)::bigint AS hour_number, business_line, model_name, model_version, requests, errors, \
          input_tokens, output_tokens, cache_prefix_tokens, cost_usd, (extract(epoch FROM peak_minute) / 60)::bigint AS peak_minute_number, \
-         peak_minute_requests, peak_minute_tokens, {} FROM hourly_aggregates {WHERE}",
+         peak_minute_requests, peak_minute_tokens, minute_requests, minute_tokens, {} FROM hourly_aggregates {WHERE}",
         HOURLY_HISTOGRAMS.map(hist_column).join(", ")
     );
     let rows = if hours { fetch(catalog, &sql, &dates, filter, "read hourly aggregates").await? } else { Vec::new() };
@@ -116,6 +126,7 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
                 peak_minute: row.try_get("peak_minute_number")?,
                 peak_minute_requests: row.try_get::<i64, _>("peak_minute_requests")?.max(0) as u64,
                 peak_minute_tokens: row.try_get::<i64, _>("peak_minute_tokens")?.max(0) as u64,
+                minutes: minutes(row.try_get("minute_requests")?, row.try_get("minute_tokens")?),
                 hists: Default::default(),
             };
             Ok((key, hour))

@@ -145,6 +145,7 @@ pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable,
             peak_minute: r.peak_minute as i64,
             peak_minute_requests: r.peak_minute_requests,
             peak_minute_tokens: r.peak_minute_tokens,
+            minutes: Some(r.minutes),
             hists,
         };
         facts.hours.insert(key, facts_hour);

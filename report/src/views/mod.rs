@@ -8,6 +8,7 @@
 //! - [`cache`]: cache hits and cached-prefix lengths by model version;
 //! - [`errors`]: error shares by code × stage × line × input bucket, and how they moved;
 //! - [`capacity`]: load by hour of day and weekday, busiest minutes, daily token trend;
+//!   with `--forecast`, [`forecast`]: the per-minute load, the knee and the days until it;
 //! - [`compare`]: two versions of a model side by side, with significance marks, and their shadow pairs;
 //! - [`diagnose`]: the decision tree (success rate → TTFT → TPOT → tokens) walked against the previous range;
 //! - [`page`]: what the HTML page shows (overview, diagnosis, performance, version comparison, cost, cache, errors, hourly series).
@@ -18,6 +19,7 @@ pub mod compare;
 pub mod cost;
 pub mod diagnose;
 pub mod errors;
+pub mod forecast;
 pub mod latency;
 pub mod overview;
 pub mod page;
@@ -59,8 +61,15 @@ pub enum View {
     Cache,
     /// Errors by code × stage × business line × input bucket, and how each share moved.
     Errors,
-    /// Requests and tokens per hour of day and weekday, busiest minutes, daily token trend.
-    Capacity,
+    /// Requests and tokens per hour of day and weekday, busiest minutes, daily token trend; with --forecast, the knee and when the load reaches it.
+    Capacity {
+        /// Also the exact per-minute load, the knee (the load at which p99 TTFT reaches --knee-ttft-ms) and the days until the load reaches it. Default range: the 30 days through --to.
+        #[arg(long)]
+        forecast: bool,
+        /// The p99 TTFT (ms) whose load is the knee.
+        #[arg(long, value_name = "MS", default_value_t = forecast::DEFAULT_KNEE_TTFT_MS)]
+        knee_ttft_ms: u32,
+    },
     /// Two versions of a model side by side (`compare --a V --b V`; a subcommand of its own).
     #[command(skip)]
     Compare,
@@ -78,7 +87,7 @@ impl View {
 
     /// Whether the view shows hourly facts (the busiest minutes, the hourly series).
     pub fn shows_hours(self) -> bool {
-        matches!(self, View::Capacity | View::Page)
+        matches!(self, View::Capacity { .. } | View::Page)
     }
 
     pub fn name(self) -> &'static str {
@@ -88,7 +97,7 @@ impl View {
             View::Cost => "cost",
             View::Cache => "cache",
             View::Errors => "errors",
-            View::Capacity => "capacity",
+            View::Capacity { .. } => "capacity",
             View::Compare => "compare",
             View::Diagnose => "diagnose",
             View::Page => "page",
@@ -106,7 +115,13 @@ pub fn build(view: View, facts: &Facts, ctx: &Context) -> Document {
         View::Cost => cost::tables(facts, ctx, &mut notes, &mut alerts),
         View::Cache => cache::tables(facts, ctx),
         View::Errors => errors::tables(facts, ctx),
-        View::Capacity => capacity::tables(facts, ctx),
+        View::Capacity { forecast, knee_ttft_ms } => {
+            let mut tables = capacity::tables(facts, ctx);
+            if forecast {
+                tables.extend(forecast::tables(facts, ctx, knee_ttft_ms, &mut notes));
+            }
+            tables
+        }
         View::Compare => compare::tables(facts, ctx, &mut notes),
         View::Diagnose => diagnose::tables(facts, ctx, &mut notes),
         View::Page => page::tables(facts, ctx, &mut notes, &mut alerts),

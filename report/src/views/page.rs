@@ -1,14 +1,15 @@
 //! The `page` view: everything the HTML page shows. In: the facts of the
 //! range and of the one before. Out: the overview, the performance tables
 //! (latency by input bucket, stage breakdown), the cost tables, cache and
-//! errors, the diagnosis walk, the version comparison, and the hourly series of requests, tokens and TTFT/TPOT
+//! errors, the diagnosis walk, the version comparison, the capacity
+//! forecast, and the hourly series of requests, tokens and TTFT/TPOT
 //! percentiles the page's time-series charts are drawn from.
 
 use std::collections::BTreeMap;
 
 use crate::document::{Cell, Kind, Table};
 use crate::facts::{merge_hists, Counts, Facts, HourHists, TPOT, TTFT};
-use crate::views::{cache, compare, cost, diagnose, errors, latency, overview, Context};
+use crate::views::{cache, compare, cost, diagnose, errors, forecast, latency, overview, Context};
 
 /// The hourly series: every complete hour of the range.
 pub fn hourly(facts: &Facts, ctx: &Context) -> Table {
@@ -45,6 +46,7 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>, alerts: &mu
     tables.push(hourly(facts, ctx));
     tables.extend(latency::tables(facts, ctx).into_iter().filter(|t| t.name != "latency"));
     tables.extend(compare::tables(facts, ctx, notes));
+    tables.extend(forecast::tables(facts, ctx, forecast::DEFAULT_KNEE_TTFT_MS, notes));
     tables.extend(cost::tables(facts, ctx, notes, alerts).into_iter().filter(|t| t.name != "top_users"));
     tables.extend(cache::tables(facts, ctx));
     tables.extend(errors::tables(facts, ctx));

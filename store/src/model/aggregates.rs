@@ -39,7 +39,8 @@ pub fn daily_columns() -> Vec<String> {
 }
 
 /// `hourly_aggregates`, in insert order: the hour and its series, the
-/// counts and cost, the busiest minute, then a histogram per duration.
+/// counts and cost, the busiest minute, the load of each minute, then a
+/// histogram per duration.
 pub fn hourly_columns() -> Vec<String> {
     let mut columns: Vec<String> = [
         "hour",
@@ -56,6 +57,8 @@ pub fn hourly_columns() -> Vec<String> {
         "peak_minute",
         "peak_minute_requests",
         "peak_minute_tokens",
+        "minute_requests",
+        "minute_tokens",
     ]
     .map(String::from)
     .to_vec();
@@ -74,6 +77,7 @@ mod tests {
             include_str!("../../migrations/0002_histograms.sql"),
             include_str!("../../migrations/0003_hourly_cost.sql"),
             include_str!("../../migrations/0004_errors_by_input_bucket.sql"),
+            include_str!("../../migrations/0013_minute_load.sql"),
         ]
         .concat();
         for column in daily_columns().iter().chain(&hourly_columns()).map(String::as_str).chain(ERROR_COLUMNS) {
@@ -82,7 +86,7 @@ mod tests {
         // 13 keys and counts, 18 percentiles, 3 GPU memory figures, 8 histograms.
         assert_eq!(daily_columns().len(), 42);
         assert!(daily_columns().contains(&"ttft_p95_ms".to_owned()));
-        assert_eq!(hourly_columns().len(), 14 + durations().len());
+        assert_eq!(hourly_columns().len(), 16 + durations().len());
         assert_eq!(hourly_columns().last().map(String::as_str), Some("decode_hist"));
     }
 }

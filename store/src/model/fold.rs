@@ -47,6 +47,8 @@ pub struct HourRow {
     pub peak_minute_requests: u64,
     /// Input plus output tokens in the busiest minute.
     pub peak_minute_tokens: u64,
+    /// Per minute of the hour (0..59): requests and input plus output tokens.
+    pub minutes: [(u64, u64); 60],
 }
 
 impl HourRow {
@@ -321,6 +323,7 @@ impl DayFold {
                         peak_minute: h.hour * 60 + peak as u64,
                         peak_minute_requests: peak_requests,
                         peak_minute_tokens: peak_tokens,
+                        minutes: h.minutes,
                     },
                     histograms: h.histograms,
                 });
@@ -431,6 +434,7 @@ mod tests {
             ]
         );
         assert_eq!(folded.hours[1].row.peak_minute_tokens, 10 + 3 + 2000 + 3);
+        assert_eq!(folded.hours[1].row.minutes.iter().map(|m| m.0).sum::<u64>(), folded.hours[1].row.requests, "every request in one minute");
         assert_eq!(folded.hours[1].row.cache_prefix_tokens, 5 * 4);
         assert_eq!(folded.hours[1].histograms[0].as_ref().map(Histogram::count), Some(5));
         assert_eq!(folded.hours[1].histograms[4], None, "no prefill time");
