@@ -1,10 +1,11 @@
 //! `inferlog-report --config FILE [--from D] [--to D] [--business-line B]
 //! [--model M] [--format text|json|csv] [--html FILE] [--fail-if EXPR]… VIEW`:
 //! one view of the stored data on stdout, each day read from the tier that
-//! holds it. Views: overview, latency, cost, cache, errors, capacity,
-//! diagnose, page, `compare --a V --b V` and `budget [--as-of D]`. Exit 0; 1 when a threshold is crossed
-//! (`--fail-if`, a business line at 90% of its monthly budget); 2 on
-//! usage, config or store errors.
+//! holds it. Views: overview, latency, cost, cache, errors, `capacity
+//! [--forecast]`, diagnose, page, `compare --a V --b V` and `budget
+//! [--as-of D]`. Exit 0; 1 when a threshold is crossed (`--fail-if`, a
+//! business line at 90% of its monthly budget); 2 on usage, config or
+//! store errors.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,7 +50,7 @@ struct Args {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value = "text")]
     format: Format,
-    /// Also write the HTML page (overview, performance, cost, cache, errors) to this file.
+    /// Also write the HTML page (overview, diagnosis, performance, version comparison, capacity, cost, cache, errors) to this file.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
     /// Exit 1 when the range's metric crosses this, e.g. 'p99_ttft_ms>2000', 'success_rate<0.99'. Repeatable.

@@ -28,6 +28,24 @@ pub struct Versions {
     pub b: String,
 }
 
+impl Versions {
+    /// 0 for version A, 1 for B, `None` for any other.
+    pub fn side(&self, version: &str) -> Option<usize> {
+        if version == self.a {
+            Some(0)
+        } else if version == self.b {
+            Some(1)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `model` is the model compared.
+    pub fn covers(&self, model: &str) -> bool {
+        self.model.as_deref().is_none_or(|want| want == model)
+    }
+}
+
 /// What the page compares without `--a`/`--b`: the busiest model with two
 /// or more versions in `range`, its busiest version as A and the next as B.
 pub fn pick(facts: &Facts, range: crate::range::Range) -> Option<Versions> {
@@ -128,16 +146,6 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
         notes.push("no model has two versions in the range: nothing to compare".into());
         return Vec::new();
     };
-    let model_ok = |m: &str| v.model.as_deref().is_none_or(|want| want == m);
-    let side = |version: &str| {
-        if version == v.a {
-            Some(0)
-        } else if version == v.b {
-            Some(1)
-        } else {
-            None
-        }
-    };
     let model = v.model.as_deref().unwrap_or("any model");
     notes.push(format!(
         "{model}: A = {}, B = {}. B vs A marks a difference the counts cannot explain (two-sided α = 0.001): \
@@ -147,8 +155,8 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
     ));
 
     let mut rows = Rows::new();
-    for (k, g) in groups(facts, ctx.range, |k| model_ok(&k.model_name)) {
-        let Some(s) = side(&k.model_version) else { continue };
+    for (k, g) in groups(facts, ctx.range, |k| v.covers(&k.model_name)) {
+        let Some(s) = v.side(&k.model_version) else { continue };
         let (i, o) = (bucket_rank(&k.input_bucket), bucket_rank(&k.output_bucket));
         for (key, input, output) in
             [((None, None), "all", "all"), ((Some(i), None), k.input_bucket.as_str(), "all"), ((Some(i), Some(o)), &k.input_bucket, &k.output_bucket)]
@@ -203,14 +211,8 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
 /// Error shares by code: all inputs, then per input bucket.
 fn errors(facts: &Facts, ctx: &Context, v: &Versions, rows: &Rows) -> Table {
     let mut by_code = CodeRows::new();
-    for (k, e) in facts.errors.iter().filter(|(k, _)| ctx.range.contains(k.day) && v.model.as_deref().is_none_or(|m| m == k.model_name)) {
-        let s = if k.model_version == v.a {
-            0
-        } else if k.model_version == v.b {
-            1
-        } else {
-            continue;
-        };
+    for (k, e) in facts.errors.iter().filter(|(k, _)| ctx.range.contains(k.day) && v.covers(&k.model_name)) {
+        let Some(s) = v.side(&k.model_version) else { continue };
         by_code.entry((k.error_code, None)).or_insert_with(|| (e.name.clone(), "all".into(), [0; 2])).2[s] += e.errors;
         // Days aggregated before errors were counted per input bucket (`*`) count in "all" only.
         if k.input_bucket != "*" {
