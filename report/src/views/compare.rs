@@ -17,7 +17,7 @@ use inferlog_schema::histogram::Histogram;
 use crate::document::{Cell, Kind, Table};
 use crate::facts::{Facts, Pairs, Summary, TOTAL, TPOT, TTFT};
 use crate::significance::{proportions, quantile_shift, sign_test, Shift};
-use crate::views::{bucket_rank, groups, Context};
+use crate::views::{bucket_rank, floor_rank, groups, Context};
 
 /// The two versions compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,7 +256,7 @@ fn errors(facts: &Facts, ctx: &Context, v: &Versions, rows: &Rows) -> Table {
 fn median(values: &[f64]) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied()
+    floor_rank(&sorted, 0.5)
 }
 
 /// The pairs request by request: how often B was slower or faster, the

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::document::{Cell, Kind, Table};
+use crate::document::{change, Cell, Kind, Table};
 use crate::facts::{ErrorKey, Facts, GroupKey, Summary, DECODE, PREFILL, QUEUE, TPOT, TTFT};
 use crate::range::Range;
 use crate::significance::{proportions, quantile_shift, Shift};
@@ -137,15 +137,12 @@ pub struct Step {
     pub explanations: Vec<Explanation>,
 }
 
-fn rise(previous: Option<f64>, current: Option<f64>) -> Option<f64> {
-    previous.zip(current).filter(|(p, _)| *p > 0.0).map(|(p, c)| c / p - 1.0)
-}
-
 fn success_step(facts: &Facts, now: Range, before: Range) -> Step {
-    let (cur, prev) = (summary(facts, now).counts, summary(facts, before).counts);
-    let share = |e: u64, n: u64| (n > 0).then(|| e as f64 / n as f64);
+    let (now_s, before_s) = (summary(facts, now), summary(facts, before));
+    let (cur, prev) = (now_s.counts, before_s.counts);
     let z = proportions(prev.errors, prev.requests, cur.errors, cur.requests);
-    let (p, c) = (share(prev.errors, prev.requests), share(cur.errors, cur.requests));
+    // Error shares: 1 − the success rates.
+    let (p, c) = (before_s.success_rate().map(|r| 1.0 - r), now_s.success_rate().map(|r| 1.0 - r));
     let up = p.zip(c).map(|(p, c)| c - p);
     let verdict = match Shift::of(z) {
         Shift::Higher if up.is_some_and(|u| u >= MIN_ERROR_POINTS) => Verdict::Worse,
@@ -169,8 +166,8 @@ fn success_step(facts: &Facts, now: Range, before: Range) -> Step {
     Step {
         name: "success rate",
         kind: Kind::Share,
-        previous: p.map(|p| 1.0 - p),
-        current: c.map(|c| 1.0 - c),
+        previous: before_s.success_rate(),
+        current: now_s.success_rate(),
         z: z.map(|z| -z),
         verdict,
         explanations,
@@ -184,7 +181,7 @@ fn latency_step(facts: &Facts, now: Range, before: Range, name: &'static str, me
     let (p, c) = (prev.quantile(measure, 0.99), cur.quantile(measure, 0.99));
     let z = prev.hists[measure].as_ref().zip(cur.hists[measure].as_ref()).and_then(|(a, b)| quantile_shift(a, b, 0.99));
     let verdict = match Shift::of(z) {
-        Shift::Higher if rise(p, c).is_some_and(|r| r >= MIN_LATENCY_RISE) => Verdict::Worse,
+        Shift::Higher if change(c, p).is_some_and(|r| r >= MIN_LATENCY_RISE) => Verdict::Worse,
         Shift::TooFew => Verdict::TooFew,
         _ => Verdict::Fine,
     };
@@ -225,7 +222,7 @@ fn token_step(facts: &Facts, now: Range, before: Range, now_ms: i64) -> Step {
     let (now_min, before_min) = (facts.answered_minutes(now, now_ms), facts.answered_minutes(before, now_ms));
     let per_minute = |range: Range, minutes: Option<f64>| minutes.map(|m| summary(facts, range).counts.tokens() as f64 / m);
     let (p, c) = (per_minute(before, before_min), per_minute(now, now_min));
-    let verdict = match rise(p, c) {
+    let verdict = match change(c, p) {
         None => Verdict::TooFew,
         Some(r) if r >= MIN_TOKEN_RISE => Verdict::Worse,
         Some(_) => Verdict::Fine,
@@ -288,7 +285,7 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
             Cell::text(s.name),
             Cell::num(s.previous, s.kind),
             Cell::num(s.current, s.kind),
-            Cell::num(rise(s.previous, s.current), Kind::Change),
+            Cell::num(change(s.current, s.previous), Kind::Change),
             Cell::num(s.z, Kind::Rate),
             Cell::text(s.verdict.as_str()),
             Cell::text(top.map_or("", |t| t.dimension)),

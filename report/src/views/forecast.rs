@@ -24,7 +24,7 @@ use inferlog_schema::histogram::Histogram;
 
 use crate::document::{Cell, Kind, Table};
 use crate::facts::{Facts, TTFT};
-use crate::views::{capacity::slope, minute_string, Context};
+use crate::views::{capacity::slope, floor_rank as rank, minute_string, Context};
 
 /// The p99 TTFT (ms) the knee is the load of, unless `--knee-ttft-ms` says otherwise.
 pub const DEFAULT_KNEE_TTFT_MS: u32 = 2000;
@@ -34,11 +34,6 @@ pub const BINS: usize = 10;
 pub const FIT_DAYS: i32 = 30;
 /// Days ahead of the expected peak.
 pub const AHEAD_DAYS: f64 = 7.0;
-
-/// The floor-rank `q`-quantile of sorted `values`.
-fn rank(sorted: &[u64], q: f64) -> Option<u64> {
-    (!sorted.is_empty()).then(|| sorted[((q * sorted.len() as f64) as usize).min(sorted.len() - 1)])
-}
 
 /// One scope's hours: per minute its requests and tokens, and per hour its TTFT histogram.
 #[derive(Debug, Default)]

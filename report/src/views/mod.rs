@@ -166,6 +166,12 @@ pub fn bucket_rank(bucket: &str) -> usize {
         .unwrap_or(usize::MAX)
 }
 
+/// The floor-rank `q`-quantile of `sorted` (0-based position ⌊q·n⌋, the
+/// percentiles' rank everywhere); `None` when empty.
+pub fn floor_rank<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    (!sorted.is_empty()).then(|| sorted[((q * sorted.len() as f64) as usize).min(sorted.len() - 1)])
+}
+
 /// The UTC `YYYY-MM-DD HH:MM` of minutes since the epoch.
 pub fn minute_string(minute: i64) -> String {
     // The schema's RFC 3339 form, `YYYY-MM-DDTHH:MM:SS.mmmZ`, cut to the minute.
