@@ -27,7 +27,7 @@ need_apt() {
 check_rules() {
     need_apt promtool prometheus
     (cd deploy/prometheus && promtool check rules inferlog.rules.yml service.rules.yml \
-        && promtool test rules inferlog.rules.test.yml service.rules.test.yml)
+        && promtool test rules inferlog.rules.test.yml service.rules.test.yml service.spikes.test.yml)
 }
 
 check_systemd() {

@@ -402,6 +402,8 @@ mod tests {
                 cache_prefix_tokens: None,
                 gpu_mem_peak_mb: None,
                 truncated: None,
+                prompt_hash: None,
+                max_tokens: None,
                 schema_version: 1,
                 kafka_topic: "t",
                 kafka_partition: 0,

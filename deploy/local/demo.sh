@@ -64,8 +64,9 @@ invalid=0.02
 step "generating 14 days of traffic: $produced events, $invalid invalid on purpose"
 "$bin/inferlog-schema" generate --count $produced --days 14 --seed 7 --invalid-ratio $invalid > "$work/events.jsonl"
 "$bin/inferlog-schema" check --format json "$work/events.jsonl" | tail -n 1 || true
-step "planting a slow canary (llama 2024-09-25 on long inputs), queueing on 8k-32k inputs this week and a knee at peak load, for compare, diagnose and capacity to find"
-python3 deploy/local/plant.py < "$work/events.jsonl" > "$work/planted.jsonl"
+spike_hour=$(date -u -d '1 hour ago' +%Y-%m-%dT%H)
+step "planting a slow canary (llama 2024-09-25 on long inputs), queueing on 8k-32k inputs this week, a knee at peak load, repeated prompts and answers cut at max_tokens, and a runaway caller at ${spike_hour}:00, for compare, diagnose, capacity, waste and spikes to find"
+SPIKE_HOUR=$spike_hour python3 deploy/local/plant.py < "$work/events.jsonl" > "$work/planted.jsonl"
 mv "$work/planted.jsonl" "$work/events.jsonl"
 
 python3 deploy/local/kafkatool.py create-topics --partitions 8 --config retention.ms=518400000 --config segment.ms=86400000 "$run-dlq"
@@ -231,6 +232,10 @@ step "inferlog-report diagnose: success rate, then TTFT, TPOT and tokens against
 report "${week[@]}" diagnose
 step "inferlog-report compare: is llama-3.1-70b-instruct 2024-09-25 better than 2024-07-23? (by input bucket)"
 report "${week[@]}" compare --model llama-3.1-70b-instruct --a 2024-07-23 --b 2024-09-25 | awk 'NR <= 6 || $2 == "all"'
+step "inferlog-report waste: repeated prompts by line and what a prompt cache would save, the top prompts and their hashed callers, long answers and answers cut at max_tokens"
+report "${week[@]}" waste --top 5
+step "inferlog-report spikes: who burned tokens at ${spike_hour}:00 against the same hour before (--fail-if exits 1 for cron)"
+report --top-users 5 --fail-if 'spiking_callers>0' spikes --hour "$spike_hour"
 step "the HTML page (overview, diagnosis, performance, version comparison, cost, cache, errors; one self-contained file)"
 report "${week[@]}" --format json --html "$work/report.html" page > "$work/report.json"
 echo "  page: $PWD/$work/report.html (its figures: $PWD/$work/report.json)" >&2

@@ -6,7 +6,10 @@
 //! - a JSON document has every `user_id` replaced by its keyed hash (the
 //!   form the hot tier stores, which normalizing leaves alone, so a
 //!   replayed reject is hashed once), every prompt or completion field
-//!   removed ([`CONTENT_FIELDS`]) and every string (value or key) in which
+//!   removed ([`CONTENT_FIELDS`]) after the prompt is hashed into
+//!   `prompt_hash` as ingest hashes it (a producer's `prompt_hash` hashed
+//!   under the key; else the first prompt field's text), so a replayed
+//!   reject still counts as a repeat of its prompt, and every string (value or key) in which
 //!   the PII detector finds an e-mail address or a phone number masked;
 //! - anything else has its e-mail addresses and phone numbers masked;
 //! - a key equal to the plaintext `user_id` is replaced by its hash, and
@@ -14,7 +17,7 @@
 //!
 //! `original` keeps the bytes as received.
 
-use inferlog_schema::normalize::CONTENT_FIELDS;
+use inferlog_schema::normalize::{prompt_text, CONTENT_FIELDS, PROMPT_FIELDS};
 use inferlog_schema::{pii, UserIdHasher};
 use inferlog_store::kafka::DlqPayload;
 use serde_json::Value;
@@ -61,7 +64,7 @@ impl Redactor {
         let mut user_ids = Vec::new();
         let redacted = match serde_json::from_slice::<Value>(payload) {
             // Written again only when something changed (serde_json orders keys).
-            Ok(mut doc) => match self.walk(&mut doc, &mut user_ids) {
+            Ok(mut doc) => match self.prompt(&mut doc) | self.walk(&mut doc, &mut user_ids) {
                 true => serde_json::to_vec(&doc).unwrap_or_default(),
                 false => payload.to_vec(),
             },
@@ -115,6 +118,25 @@ impl Redactor {
         }
     }
 
+    /// Makes the event's prompt what the hot tier would store: its
+    /// `prompt_hash` keyed (a digest under this key is kept), or one made
+    /// from its first prompt field's text. Whether it changed.
+    fn prompt(&self, doc: &mut Value) -> bool {
+        const PROMPT_HASH: &str = "prompt_hash";
+        let Value::Object(map) = doc else { return false };
+        let hashed = match map.get(PROMPT_HASH) {
+            Some(Value::String(s)) if self.hasher.is_own_digest(s) => return false,
+            Some(Value::String(s)) if !s.trim().is_empty() => self.hasher.hash_prompt(s.trim()),
+            Some(_) => return false,
+            None => match PROMPT_FIELDS.iter().filter_map(|f| map.get(*f)).find_map(prompt_text) {
+                Some(text) => self.hasher.hash_prompt(&text),
+                None => return false,
+            },
+        };
+        map.insert(PROMPT_HASH.to_owned(), Value::String(hashed));
+        true
+    }
+
     /// Makes a `user_id` value what the hot tier would store: its keyed
     /// hash (a digest under this key is kept; anything not a string is
     /// hashed in its JSON form). Whether it changed.
@@ -161,11 +183,36 @@ mod tests {
         assert_eq!(doc["note"][0], "[phone]");
         assert_eq!((doc["request_id"].as_str(), doc["input_tokens"].as_i64()), (Some("r-1"), Some(-1)), "the rest is kept");
         assert!(doc.get("prompt").is_none());
+        assert_eq!(doc["prompt_hash"], hasher.hash_prompt("hi, I am alice"), "the prompt is kept as its keyed hash only");
         assert_eq!(out.key.as_deref(), Some(hasher.hash("alice-77").as_bytes()), "a key that is the user id is hashed");
         let original = out.original.expect("changed");
         assert_eq!((original.bytes, original.sha256), (payload.len(), hex::encode(sha2::Sha256::digest(payload))));
         // Redacting the redacted leaves it alone: the digest is kept.
         assert_eq!(r.redact(&out.payload, None).payload, out.payload);
+    }
+
+    /// A replayed reject keeps its prompt's identity: the DLQ's
+    /// `prompt_hash` is the one ingest stores for the event as sent.
+    #[test]
+    fn a_rejects_prompt_hash_is_the_one_ingest_would_store() {
+        let key = b"redact-test-key-0123456789abcdef";
+        let hasher = UserIdHasher::new(key, None, "test").expect("key");
+        let contract = inferlog_schema::Contract::new(&inferlog_schema::ContractConfig::default()).expect("contract");
+        let base = r#""request_id":"r-1","timestamp":"2026-12-01T10:00:00Z","model_name":"m","model_version":"v1","input_tokens":3,"output_tokens":4,"total_latency_ms":12.5,"error_code":0"#;
+        for extra in [
+            r#""messages":[{"role":"user","content":"hi"}],"prompt":"  plain  ""#,
+            r#""messages":[{"content":"hi","role":"user"}]"#,
+            r#""input":"q","prompt_hash":"sha256:abc""#,
+        ] {
+            let event = format!("{{{base},{extra}}}");
+            let stored = contract.normalize(event.as_bytes(), None, &hasher).expect("valid").event.prompt_hash.expect("a prompt");
+            let redacted = redactor(DlqPayload::Redacted).redact(event.as_bytes(), None);
+            let doc: Value = serde_json::from_slice(&redacted.payload).expect("JSON");
+            assert_eq!(doc["prompt_hash"], stored, "{extra}");
+            assert!(["prompt", "messages", "input"].iter().all(|f| doc.get(*f).is_none()), "{doc}");
+            let replayed = contract.normalize(&redacted.payload, None, &hasher).expect("valid").event.prompt_hash;
+            assert_eq!(replayed.as_deref(), Some(stored.as_str()), "a replayed reject keeps the hash: {extra}");
+        }
     }
 
     #[test]

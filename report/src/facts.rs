@@ -16,9 +16,11 @@ use inferlog_schema::histogram::Histogram;
 use inferlog_store::Day;
 use serde::Serialize;
 
+use inferlog_store::model::callers::HourLoad;
 use inferlog_store::model::fold::Totals;
 pub use inferlog_store::model::measures::{CACHE_PREFIX, DECODE, PREFILL, QUEUE, TOTAL, TPOT, TTFT};
 use inferlog_store::model::measures::{COUNT, DURATIONS};
+use inferlog_store::model::waste::Waste;
 
 /// A group's histograms, one per measure ([`inferlog_store::model::measures::MEASURES`]).
 pub type GroupHists = [Option<Histogram>; COUNT];
@@ -258,6 +260,12 @@ pub struct Facts {
     pub notes: Vec<String>,
     /// The requests two compared versions both served (read for `compare` only).
     pub pairs: Option<Pairs>,
+    /// Per day read from rows (hot, archive): repeated prompts and output
+    /// lengths (read for `waste` and the page only; the aggregates keep no prompts).
+    pub waste: BTreeMap<Day, Waste>,
+    /// Per hot day, business line and hashed caller: requests and tokens in
+    /// each hour of the day (read for `spikes` and the page only).
+    pub callers: HashMap<(Day, String, String), HourLoad>,
 }
 
 impl Facts {
@@ -293,6 +301,8 @@ impl Facts {
         self.hours.retain(|k, _| !days.contains(&(k.hour.div_euclid(24) as Day)));
         self.errors.retain(|k, _| !days.contains(&k.day));
         self.users.retain(|(d, _), _| !days.contains(d));
+        self.waste.retain(|d, _| !days.contains(d));
+        self.callers.retain(|(d, _, _), _| !days.contains(d));
         self
     }
 
@@ -312,6 +322,8 @@ impl Facts {
             e.name = v.name;
         }
         self.users.extend(other.users);
+        self.waste.extend(other.waste);
+        self.callers.extend(other.callers);
         self.notes.extend(other.notes);
     }
 }

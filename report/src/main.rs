@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use inferlog_report::budget::BudgetReport;
 use inferlog_report::facts::Tier;
 use inferlog_report::range::Range;
-use inferlog_report::source::{Filter, Stores};
+use inferlog_report::source::{Filter, Reads, Stores};
 use inferlog_report::threshold::FailIf;
 use inferlog_report::views::{self, Context, View};
 use inferlog_report::{render, Config, ReportError};
@@ -118,6 +118,15 @@ async fn run(args: Args) -> Result<i32, ReportError> {
         // A forecast fits the growth of a month.
         range.from = range.to - (views::forecast::FIT_DAYS - 1);
     }
+    let view = match view {
+        // The hour asked for and the four weeks before it.
+        View::Spikes { hour } => {
+            let hour = hour.unwrap_or_else(|| views::spikes::default_hour(today, now));
+            range = Range { from: hour.div_euclid(24) as i32 - views::spikes::LOOKBACK_DAYS, to: hour.div_euclid(24) as i32 };
+            View::Spikes { hour: Some(hour) }
+        }
+        other => other,
+    };
     let thresholds = args.fail_if.iter().map(|t| FailIf::parse(t)).collect::<Result<Vec<_>, _>>()?;
     let filter = Filter { business_line: args.business_line, model: args.model };
     let dictionary = config.schema.validate().map_err(|e| ReportError::Config(e.to_string()))?;
@@ -131,8 +140,9 @@ async fn run(args: Args) -> Result<i32, ReportError> {
     };
 
     let compares = view.compares() || args.html.is_some();
-    let hours = view.shows_hours() || args.html.is_some();
-    let mut facts = inferlog_report::source::load(&stores, if compares { range.with_previous() } else { range }, &filter, hours).await?;
+    let html = args.html.is_some();
+    let reads = Reads { hours: view.shows_hours() || html, waste: view.shows_waste() || html, callers: view.shows_callers() || html };
+    let mut facts = inferlog_report::source::load(&stores, if compares { range.with_previous() } else { range }, &filter, reads).await?;
     // The versions compared, and the requests both served on the hot days (the page compares too).
     let versions = versions.or_else(|| (view == View::Page || args.html.is_some()).then(|| views::compare::pick(&facts, range)).flatten());
     if let Some(v) = &versions {
@@ -155,7 +165,10 @@ async fn run(args: Args) -> Result<i32, ReportError> {
 
     let mut doc = views::build(view, &facts, &ctx);
     let codes: Vec<(i32, String)> = stores.dictionary.entries().iter().filter(|(c, _)| *c != 0).cloned().collect();
-    let metrics = views::overview::metrics(&facts, range, now, &codes);
+    let mut metrics = views::overview::metrics(&facts, range, now, &codes);
+    if let View::Spikes { hour: Some(hour) } = view {
+        metrics.extend(views::spikes::metrics(&facts, hour));
+    }
     for t in &thresholds {
         if let Some(alert) = t.check(&metrics)? {
             doc.alerts.push(alert);

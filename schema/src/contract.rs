@@ -71,7 +71,7 @@ const fn text(max: u32) -> FieldType {
 }
 
 /// The fields of schema v1, in docs/contract.md §1 order.
-pub const FIELDS: [FieldSpec; 25] = [
+pub const FIELDS: [FieldSpec; 27] = [
     FieldSpec {
         aliases: &["gen_ai.response.id"],
         ..field(
@@ -123,6 +123,16 @@ pub const FIELDS: [FieldSpec; 25] = [
     },
     field("gpu_mem_peak_mb", FieldType::Number { unit: "MB" }, Presence::Optional, "Peak GPU memory of the request."),
     field("truncated", FieldType::Boolean, Presence::Optional, "The input was cut for length."),
+    field(
+        "prompt_hash",
+        FieldType::Text { min: 1, max: 256, pattern: None },
+        Presence::Optional,
+        "The producer's hash of the prompt; stored only as a keyed HMAC-SHA256 with the key id. Without it, prompt text (prompt, messages, input) is hashed so before it is dropped.",
+    ),
+    FieldSpec {
+        aliases: &["gen_ai.request.max_tokens"],
+        ..field("max_tokens", FieldType::Integer { min: Some(1) }, Presence::Optional, "The output limit the request set.")
+    },
     field("error_stage", FieldType::Enum(&STAGES), Presence::WhenError, "Where the error happened; required when error_code is not 0."),
 ];
 

@@ -5,7 +5,7 @@
 //! Units: every duration is milliseconds (`f64`, never negative, never
 //! `-0.0`), every timestamp is UTC epoch milliseconds, token counts are
 //! real tokens. Text is trimmed and free of control characters and personal
-//! data. `user_id` never appears: only its keyed hash.
+//! data. `user_id` and prompts never appear: only their keyed hashes.
 
 use serde::{Serialize, Serializer};
 
@@ -211,6 +211,13 @@ pub struct InferenceEvent {
     /// The input was cut for length.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
+    /// `<key id>:<hex HMAC-SHA256>` of the producer's `prompt_hash`, or of
+    /// the prompt text the event carried; never the text itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_hash: Option<String>,
+    /// The output limit the request set (an answer of this many tokens was cut).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
 }
 
 fn serialize_timestamp<S: Serializer>(ms: &i64, s: S) -> Result<S::Ok, S::Error> {

@@ -1,5 +1,6 @@
-//! Keyed hashing of user ids. In: the plaintext `user_id` of one event. Out:
-//! `<key id>:<hex HMAC-SHA256>`, the only form a user id is stored in.
+//! Keyed hashing of user ids and prompts. In: the plaintext `user_id` of
+//! one event, or its prompt (text or the producer's `prompt_hash`). Out:
+//! `<key id>:<hex HMAC-SHA256>`, the only form either is stored in.
 //!
 //! The key comes from `INFERLOG_HASH_KEY_FILE` (a file, preferred) or
 //! `INFERLOG_HASH_KEY`; never from the command line, and it is never logged
@@ -22,7 +23,10 @@ pub const KEY_FILE_ENV: &str = "INFERLOG_HASH_KEY_FILE";
 /// Environment variable holding the key itself.
 pub const KEY_ENV: &str = "INFERLOG_HASH_KEY";
 
-/// HMAC-SHA256 of user ids under one secret key, with the key's id.
+/// What a prompt's HMAC starts with, before the prompt.
+pub const PROMPT_DOMAIN: &[u8] = b"inferlog.prompt\0";
+
+/// HMAC-SHA256 of user ids (and prompts) under one secret key, with the key's id.
 #[derive(Clone)]
 pub struct UserIdHasher {
     /// The keyed MAC state, cloned per id so the key schedule runs once.
@@ -78,8 +82,22 @@ impl UserIdHasher {
 
     /// `<key id>:<64 hex digits>`.
     pub fn hash(&self, user_id: &str) -> String {
+        self.digest(&[user_id.as_bytes()])
+    }
+
+    /// The stored form of a prompt: `<key id>:<64 hex digits>` of the
+    /// HMAC of [`PROMPT_DOMAIN`] and `prompt` (a producer's `prompt_hash`,
+    /// or the prompt text, [`crate::normalize::prompt_text`]). The domain
+    /// keeps a prompt that equals a user id from hashing to that user's hash.
+    pub fn hash_prompt(&self, prompt: &str) -> String {
+        self.digest(&[PROMPT_DOMAIN, prompt.as_bytes()])
+    }
+
+    fn digest(&self, parts: &[&[u8]]) -> String {
         let mut mac = self.keyed.clone();
-        mac.update(user_id.as_bytes());
+        for part in parts {
+            mac.update(part);
+        }
         let digest = mac.finalize().into_bytes();
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = String::with_capacity(self.key_id.len() + 1 + 64);
@@ -120,6 +138,10 @@ mod tests {
         assert!(hasher.is_own_digest(&hasher.hash("user-42")));
         assert!(!hasher.is_own_digest("user-42"));
         assert_ne!(hasher.hash("user-42"), hasher.hash("user-43"));
+        let mut reference = Hmac::<Sha256>::new_from_slice(key).expect("hmac");
+        reference.update(b"inferlog.prompt\0user-42");
+        let expected = hex::encode(reference.finalize().into_bytes());
+        assert_eq!(hasher.hash_prompt("user-42"), format!("{}:{expected}", hasher.key_id()), "a prompt hashes under its own domain");
     }
 
     #[test]

@@ -30,6 +30,14 @@ pub const MAX_PLAUSIBLE_MS: i64 = 4_102_444_800_000;
 /// Fields whose content is prompt or completion text: always dropped, never stored.
 pub const CONTENT_FIELDS: [&str; 6] = ["prompt", "completion", "messages", "input", "output", "response"];
 
+/// Content fields that carry the prompt: the first of them (in this
+/// order) that an event carries is hashed into `prompt_hash` (when the producer sent none) before
+/// it is dropped.
+pub const PROMPT_FIELDS: [&str; 3] = ["prompt", "messages", "input"];
+
+/// Longest accepted `prompt_hash` before hashing, in characters.
+const MAX_PROMPT_HASH_CHARS: usize = 256;
+
 /// Longest accepted `user_id` before hashing, in characters.
 const MAX_USER_ID_CHARS: usize = 1024;
 
@@ -173,6 +181,14 @@ impl Contract {
         })?;
         let gpu_mem_peak_mb = optional(s.take(Slot::GpuMemPeakMb), |g| non_negative(&g).map(Some))?;
         let truncated = optional(s.take(Slot::Truncated), |g| boolean(&g).map(Some))?;
+        let prompt_hash = match optional(s.take(Slot::PromptHash), |g| prompt_hash(&g))? {
+            Some(given) => hasher.map(|h| if h.is_own_digest(&given) { given } else { h.hash_prompt(&given) }),
+            None => s.prompt.iter().flatten().find_map(prompt_text).and_then(|text| hasher.map(|h| h.hash_prompt(&text))),
+        };
+        let max_tokens = optional(s.take(Slot::MaxTokens), |g| match unsigned(&g, u32::MAX.into())? {
+            0 => Err(Rejection::new(ReasonCode::FieldRange, g.name, "must be at least 1")),
+            n => Ok(Some(n as u32)),
+        })?;
 
         // Consistency: a stage sum or TTFT beyond the total almost always
         // means seconds were mixed with milliseconds.
@@ -227,6 +243,8 @@ impl Contract {
             cache_prefix_tokens,
             gpu_mem_peak_mb,
             truncated,
+            prompt_hash,
+            max_tokens,
         })
     }
 
@@ -316,9 +334,11 @@ enum Slot {
     CachePrefixTokens,
     GpuMemPeakMb,
     Truncated,
+    PromptHash,
+    MaxTokens,
 }
 
-const SLOT_COUNT: usize = Slot::Truncated as usize + 1;
+const SLOT_COUNT: usize = Slot::MaxTokens as usize + 1;
 
 impl Slot {
     /// The contract name, used when the field is missing altogether.
@@ -343,6 +363,8 @@ impl Slot {
             Slot::CachePrefixTokens => "cache_prefix_tokens",
             Slot::GpuMemPeakMb => "gpu_mem_peak_mb",
             Slot::Truncated => "truncated",
+            Slot::PromptHash => "prompt_hash",
+            Slot::MaxTokens => "max_tokens",
         }
     }
 }
@@ -400,6 +422,9 @@ fn classify(key: &str) -> Key {
         "gen_ai.usage.cache_read.input_tokens" => (Slot::CachePrefixTokens, "gen_ai.usage.cache_read.input_tokens"),
         "gpu_mem_peak_mb" => (Slot::GpuMemPeakMb, "gpu_mem_peak_mb"),
         "truncated" => (Slot::Truncated, "truncated"),
+        "prompt_hash" => (Slot::PromptHash, "prompt_hash"),
+        "max_tokens" => (Slot::MaxTokens, "max_tokens"),
+        "gen_ai.request.max_tokens" => (Slot::MaxTokens, "gen_ai.request.max_tokens"),
         _ => {
             return key
                 .rsplit_once('_')
@@ -544,6 +569,8 @@ struct Slots<'a> {
     fields: [Option<Given<'a>>; SLOT_COUNT],
     durations: [[Option<Given<'a>>; UNITS.len()]; DURATIONS.len()],
     dropped: Vec<String>,
+    /// The prompt fields' values ([`PROMPT_FIELDS`] order), to hash.
+    prompt: [Option<serde_json::Value>; PROMPT_FIELDS.len()],
     /// The key whose value is being parsed, to name the field in a parse error.
     current_key: Option<Cow<'a, str>>,
     /// A rejection found while collecting (a duplicate key, an alias conflict).
@@ -556,6 +583,7 @@ impl Default for Slots<'_> {
             fields: [const { None }; SLOT_COUNT],
             durations: [const { [const { None }; UNITS.len()] }; DURATIONS.len()],
             dropped: Vec::new(),
+            prompt: [const { None }; PROMPT_FIELDS.len()],
             current_key: None,
             rejection: None,
         }
@@ -627,8 +655,13 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
         while let Some(KeyName(key)) = map.next_key::<KeyName<'de>>()? {
             let (target, name) = match classify(&key) {
                 Key::Dropped => {
-                    self.current_key = Some(key);
-                    map.next_value::<IgnoredAny>()?;
+                    if let Some(i) = PROMPT_FIELDS.iter().position(|f| *f == key.as_ref()) {
+                        self.current_key = Some(key);
+                        self.prompt[i] = Some(map.next_value::<serde_json::Value>()?);
+                    } else {
+                        self.current_key = Some(key);
+                        map.next_value::<IgnoredAny>()?;
+                    }
                     if let Some(key) = self.current_key.take() {
                         self.dropped.push(key.into_owned());
                     }
@@ -713,6 +746,49 @@ fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
         return Err(Rejection::new(ReasonCode::FieldFormat, name, format!("{bad:?} is not allowed; use [A-Za-z0-9._:-]")));
     }
     Ok(Some(s.to_owned()))
+}
+
+/// A producer's `prompt_hash`, trimmed (hashed again under the key before
+/// it is stored, as a `user_id` is); `None` when empty.
+fn prompt_hash(g: &Given<'_>) -> Result<Option<String>, Rejection> {
+    let name = g.name;
+    let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let chars = s.chars().count();
+    if chars > MAX_PROMPT_HASH_CHARS {
+        return Err(Rejection::new(ReasonCode::FieldRange, name, format!("is {chars} characters; at most {MAX_PROMPT_HASH_CHARS}")));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(Rejection::new(ReasonCode::FieldFormat, name, "contains control characters"));
+    }
+    Ok(Some(s.to_owned()))
+}
+
+/// The text a prompt is hashed from: a string trimmed; an array or object
+/// (chat messages) as compact JSON with every object's keys sorted, so the
+/// same messages hash alike however a producer spaced or ordered them.
+/// `None` for an empty string or a value that is not text.
+pub fn prompt_text(value: &serde_json::Value) -> Option<Cow<'_, str>> {
+    use serde_json::Value;
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), sorted(v))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    match value {
+        Value::String(s) => Some(Cow::Borrowed(s.trim())).filter(|t| !t.is_empty()),
+        Value::Array(_) | Value::Object(_) => Some(Cow::Owned(sorted(value).to_string())),
+        _ => None,
+    }
 }
 
 fn user_id(g: &Given<'_>, hasher: Option<&UserIdHasher>) -> Result<Option<String>, Rejection> {

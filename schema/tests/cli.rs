@@ -144,13 +144,13 @@ fn compat_fails_on_a_breaking_change() {
     let published = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/contract/v1.json")).expect("read");
     let mut old: serde_json::Value = serde_json::from_str(&published).expect("JSON");
     // Producers written against a contract that had a field we no longer know.
-    old["properties"]["prompt_hash"] = serde_json::json!({"type": "string"});
+    old["properties"]["prompt_template"] = serde_json::json!({"type": "string"});
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("old.json");
     std::fs::write(&path, old.to_string()).expect("write");
     let out = run(&["compat", path.to_str().expect("path")], None, &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).contains("breaking: prompt_hash: field removed"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("breaking: prompt_template: field removed"), "{}", text(&out.stdout));
     let not_schema = dir.path().join("x.json");
     std::fs::write(&not_schema, "[]").expect("write");
     assert_eq!(run(&["compat", not_schema.to_str().expect("path")], None, &[]).status.code(), Some(2));

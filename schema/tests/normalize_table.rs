@@ -87,6 +87,10 @@ fn every_reason_code_with_its_field() {
         ("huge integer", with(json!({"input_tokens": 99_999_999_999_999_999_999.0})), ReasonCode::FieldRange, "input_tokens"),
         ("tokens beyond u32", with(json!({"input_tokens": 5_000_000_000u64})), ReasonCode::FieldRange, "input_tokens"),
         ("batch size 0", with(json!({"batch_size": 0})), ReasonCode::FieldRange, "batch_size"),
+        ("max_tokens 0", with(json!({"max_tokens": 0})), ReasonCode::FieldRange, "max_tokens"),
+        ("max_tokens as string", with(json!({"gen_ai.request.max_tokens": "256"})), ReasonCode::FieldType, "gen_ai.request.max_tokens"),
+        ("prompt_hash as number", with(json!({"prompt_hash": 42})), ReasonCode::FieldType, "prompt_hash"),
+        ("prompt_hash too long", with(json!({"prompt_hash": "h".repeat(257)})), ReasonCode::FieldRange, "prompt_hash"),
         ("prefix longer than input", with(json!({"cache_prefix_tokens": 1201})), ReasonCode::FieldRange, "cache_prefix_tokens"),
         ("model_version too long", with(json!({"model_version": "v".repeat(65)})), ReasonCode::FieldRange, "model_version"),
         ("request_id too long", with(json!({"request_id": "r".repeat(129)})), ReasonCode::FieldRange, "request_id"),
@@ -283,6 +287,36 @@ fn unknown_and_content_fields_are_dropped_and_reported() {
     assert_eq!(dropped, ["messages", "prompt", "response", "trace_id"]);
     let stored = n.event.to_json();
     assert!(!stored.contains("secret question") && !stored.contains("answer") && !stored.contains("trace_id"));
+}
+
+/// A prompt is stored only as its keyed hash: the producer's
+/// `prompt_hash` hashed again, or the first prompt field's text; the same
+/// chat messages hash alike whatever their spacing or key order.
+#[test]
+fn prompts_are_stored_only_as_keyed_hashes() {
+    let h = hasher();
+    let hash_of = |patch: Value| contract().normalize(&with(patch), None, &h).expect("valid").event.prompt_hash;
+    assert_eq!(hash_of(json!({})), None, "no prompt, no hash");
+    assert_eq!(hash_of(json!({"prompt_hash": " sha256:ab12 "})), Some(h.hash_prompt("sha256:ab12")));
+    assert_eq!(hash_of(json!({"prompt": "  What is 2+2?\n"})), Some(h.hash_prompt("What is 2+2?")));
+    assert_eq!(hash_of(json!({"prompt": "a", "prompt_hash": "b"})), Some(h.hash_prompt("b")), "the producer's hash wins");
+    assert_eq!(hash_of(json!({"input": "x", "prompt": "a"})), Some(h.hash_prompt("a")), "prompt before input, whatever the order sent");
+    assert_eq!(hash_of(json!({"prompt": 7})), None, "a number is no prompt text");
+    let messages = r#"[{"role":"user","content":"hi"}]"#;
+    let reordered = contract()
+        .normalize(&with(json!({"messages": serde_json::from_str::<Value>(r#"[ { "content" : "hi", "role" : "user" } ]"#).expect("json")})), None, &h)
+        .expect("valid");
+    assert_eq!(reordered.event.prompt_hash, Some(h.hash_prompt(r#"[{"content":"hi","role":"user"}]"#)));
+    assert_eq!(hash_of(json!({"messages": serde_json::from_str::<Value>(messages).expect("json")})), reordered.event.prompt_hash);
+    let n = contract().normalize(&with(json!({"prompt": "my secret plan", "max_tokens": 256})), None, &h).expect("valid");
+    assert_eq!(n.event.max_tokens, Some(256));
+    assert_eq!(n.dropped_fields, ["prompt"], "the text is dropped");
+    let stored = n.event.to_json();
+    assert!(!stored.contains("secret plan") && stored.contains(&h.hash_prompt("my secret plan")), "{stored}");
+    // A normalized event normalizes to itself: its digest is not hashed again.
+    let again = contract().normalize(stored.as_bytes(), None, &h).expect("valid");
+    assert_eq!(again.event, n.event);
+    assert!(contract().check(&with(json!({"prompt": "x"})), None).is_ok(), "checking needs no key");
 }
 
 #[test]

@@ -61,6 +61,26 @@ fn every_message_becomes_one_hot_row_or_one_dlq_message_with_its_reason() {
     assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE match({text}, 'u-[0-9]{{6}}')")), 0);
     assert_eq!(clickhouse_u64(&format!("SELECT count() FROM inferlog_test.{} WHERE match(message, 'u-[0-9]{{6}}')", s.rejects_table)), 0);
 
+    // Prompt text is stored only as its keyed hash: each valid event that
+    // carried a prompt has the HMAC of that text, computed here again.
+    let key = std::fs::read(s.dir.path().join("hash.key")).expect("key");
+    let hasher = inferlog_schema::UserIdHasher::new(key.trim_ascii(), None, "test").expect("hasher");
+    let mut prompted: BTreeMap<String, u64> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.expected.is_none()) {
+        let doc: serde_json::Value = serde_json::from_slice(&e.line).expect("generated JSON");
+        if let Some(text) = doc["prompt"].as_str() {
+            *prompted.entry(hasher.hash_prompt(text.trim())).or_default() += 1;
+        }
+    }
+    assert!(!prompted.is_empty(), "the generator sends prompt text now and then");
+    let stored = inferlog_tests::clickhouse(&format!(
+        "SELECT prompt_hash, count() FROM {t} WHERE prompt_hash IS NOT NULL GROUP BY prompt_hash ORDER BY prompt_hash FORMAT TSV"
+    ));
+    let stored: BTreeMap<String, u64> =
+        stored.lines().map(|l| l.split_once('\t').map(|(h, n)| (h.to_owned(), n.parse().expect("count"))).expect("row")).collect();
+    assert_eq!(stored, prompted, "stored prompt hashes");
+    assert_eq!(clickhouse_u64(&format!("SELECT count() FROM {t} WHERE match({text}, 'Summarize the following')")), 0, "no prompt text");
+
     // Rows land in their UTC day's partition.
     let days = clickhouse_u64(&format!("SELECT uniqExact(_partition_id) FROM {t}"));
     assert!(days >= 3, "partitioned by day: {days}");
@@ -335,6 +355,8 @@ fn encoded_rows_are_stored_exactly_as_the_clickhouse_crates_own_rows() {
         cache_prefix_tokens: Some(4096),
         gpu_mem_peak_mb: Some(80_000.25),
         truncated: Some(0),
+        prompt_hash: Some(long.clone()),
+        max_tokens: Some(u32::MAX),
         kafka_partition: u16::MAX,
         kafka_offset: u64::MAX >> 1,
         kafka_index: u32::MAX,
@@ -358,6 +380,8 @@ fn encoded_rows_are_stored_exactly_as_the_clickhouse_crates_own_rows() {
         cache_prefix_tokens: None,
         gpu_mem_peak_mb: None,
         truncated: None,
+        prompt_hash: None,
+        max_tokens: None,
         kafka_offset: 999_999,
         ..template
     });

@@ -336,7 +336,11 @@ fn the_same_question_gets_the_same_answer_from_either_tier() {
     }
     let aggregates = report_json(&s, &args, "aggregates.log");
     assert!(tiers(&aggregates).iter().filter(|(d, _)| *d >= from).all(|(_, tier)| tier == "aggregates"), "{:?}", tiers(&aggregates));
-    assert_same_tables(&hot, &aggregates, &[]);
+    // The aggregates keep no prompts: waste counts the hot days only (and says so).
+    assert_same_tables(&hot, &aggregates, &["waste", "waste_prompts", "waste_outputs", "spike_callers"]);
+    assert!(rows(&hot, "waste").iter().any(|r| f(&r["requests"]) > 0.0), "the hot days' waste: {hot}");
+    let notes = aggregates["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("waste:") && n.contains(&to))), "{notes:?}");
     for view in ["latency", "cache", "capacity"] {
         let a = report_json(&s, &["--from", &from, "--to", &to, view], &format!("{view}-agg.log"));
         assert!(!rows(&a, a["tables"].as_object().expect("tables").keys().next().expect("a table")).is_empty(), "{view}: {a}");
@@ -345,7 +349,17 @@ fn the_same_question_gets_the_same_answer_from_either_tier() {
 
 #[test]
 fn the_page_loads_in_chromium_without_network_and_shows_the_data() {
-    let (s, events, t) = scenario("report_page", 8_000, 63);
+    // Repeated prompts and answers cut at max_tokens, for the waste charts.
+    let (s, events, t) = scenario_with("report_page", 8_000, 6, 63, |events, _| {
+        for e in events.iter_mut() {
+            let coin = fnv(&e.request_id);
+            e.prompt_hash = Some(if coin.is_multiple_of(3) { format!("k:tpl-{}", coin / 3 % 5) } else { format!("k:u-{}", e.request_id) });
+            if (coin / 7).is_multiple_of(4) {
+                e.max_tokens = Some(256);
+                e.output_tokens = e.output_tokens.min(256);
+            }
+        }
+    });
     let (from, to) = (day_string(t - 6), day_string(t - 1));
     let html = s.dir.path().join("page.html");
     let html_arg = html.to_str().expect("utf-8").to_owned();
@@ -379,6 +393,9 @@ fn the_page_loads_in_chromium_without_network_and_shows_the_data() {
         "compare_total",
         "knee",
         "cost_by_business_line",
+        "spikes",
+        "waste",
+        "waste_outputs",
         "cache",
         "errors",
     ] {
@@ -632,6 +649,212 @@ fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
     let dims = rows(&doc, "diagnosis_dimensions");
     assert_eq!(dims[0]["dimension"], "input bucket", "the input bucket explains most: {dims:?}");
     assert!(dims.iter().any(|d| d["dimension"] == "business line" && f(&d["explains"]) < explains), "{dims:?}");
+}
+
+/// Repeated prompts, long outputs and answers cut at max_tokens planted
+/// in generated traffic: a third of `search`'s requests send one of seven
+/// templates from three callers (the cron-job pattern), the rest of the
+/// prompts are unique, a fifth carry none; 30% of requests set
+/// `max_tokens` 256 and longer answers are cut there; 2% of `summarize`
+/// answers run 20 times long. `waste` over a released day and the two hot
+/// days must count the hot days only (and say so), with every figure
+/// computed here again from the events.
+#[test]
+fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
+    let (s, events, t) = scenario_with("report_waste", 16_000, 6, 83, |events, _| {
+        for e in events.iter_mut() {
+            let coin = fnv(&e.request_id);
+            e.prompt_hash = match coin % 15 {
+                0..3 => None,
+                3..8 if e.business_line == "search" => {
+                    e.user_id_hash = Some(format!("k:caller-{}", coin / 15 % 3));
+                    Some(format!("k:tpl-{}", coin / 45 % 7))
+                }
+                _ => Some(format!("k:u-{}", e.request_id)),
+            };
+            if coin / 1000 % 10 < 3 {
+                e.max_tokens = Some(256);
+                e.output_tokens = e.output_tokens.min(256);
+            }
+            if e.request_type.as_deref() == Some("summarize") && (coin / 7).is_multiple_of(50) {
+                e.output_tokens = e.output_tokens.saturating_mul(20).max(4000);
+                e.max_tokens = None;
+            }
+        }
+    });
+    let (from, to) = (day_string(t - 3), day_string(t - 1));
+    let doc = report_json(&s, &["--from", &from, "--to", &to, "waste", "--top", "5"], "waste.log");
+    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    assert!(notes.iter().any(|n| n.contains("aggregates") && n.contains(&from)), "the released day is named: {notes:?}");
+
+    let hot: Vec<&InferenceEvent> = events.iter().filter(|e| day_of(e) >= t - 2).collect();
+    let uncached = |e: &InferenceEvent| u64::from(e.input_tokens - e.cache_prefix_tokens.unwrap_or(0).min(e.input_tokens));
+    let tokens = |e: &InferenceEvent| u64::from(e.input_tokens) + u64::from(e.output_tokens);
+    // Per line, day and prompt: its requests, the earliest first.
+    let mut prompts: BTreeMap<(&str, i32, &str), Vec<&InferenceEvent>> = BTreeMap::new();
+    for e in &hot {
+        if let Some(p) = &e.prompt_hash {
+            prompts.entry((e.business_line.as_str(), day_of(e), p.as_str())).or_default().push(e);
+        }
+    }
+    // (requests, hashed, repeats, repeat tokens, cache-saved prefill, input tokens)
+    let mut lines: BTreeMap<&str, [u64; 6]> = BTreeMap::new();
+    for e in &hot {
+        let l = lines.entry(e.business_line.as_str()).or_default();
+        l[0] += 1;
+        l[1] += u64::from(e.prompt_hash.is_some());
+        l[5] += u64::from(e.input_tokens);
+    }
+    let mut by_prompt: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
+    for ((line, _, prompt), requests) in prompts.iter_mut() {
+        requests.sort_by_key(|e| (e.timestamp_ms, tokens(e), uncached(e)));
+        let repeats = &requests[1..];
+        let l = lines.get_mut(line).expect("line");
+        l[2] += repeats.len() as u64;
+        l[3] += repeats.iter().map(|e| tokens(e)).sum::<u64>();
+        l[4] += repeats.iter().map(|e| uncached(e)).sum::<u64>();
+        let p = by_prompt.entry((line, prompt)).or_default();
+        p.0 += repeats.len() as u64;
+        p.1 += repeats.iter().map(|e| tokens(e)).sum::<u64>();
+    }
+    let table = rows(&doc, "waste");
+    for (line, [requests, hashed, repeats, repeat_tokens, saved, input]) in &lines {
+        let row = table.iter().find(|r| r["business_line"] == *line).unwrap_or_else(|| panic!("no line {line}: {table:?}"));
+        assert_eq!((f(&row["requests"]) as u64, f(&row["repeats"]) as u64), (*requests, *repeats), "{line}");
+        close(f(&row["hashed_share"]), *hashed as f64 / *requests as f64, "hashed share");
+        assert_eq!((f(&row["repeat_tokens"]) as u64, f(&row["cache_saved_prefill_tokens"]) as u64), (*repeat_tokens, *saved), "{line}");
+        close(f(&row["cache_saved_share"]), *saved as f64 / *input as f64, "cache-saved share");
+    }
+    assert!(lines["search"][2] * 4 > lines["search"][1], "the planted templates make search's repeats: {:?}", lines["search"]);
+    assert_eq!(table[0]["business_line"], "search", "the most tokens on repeats first: {table:?}");
+
+    // The top prompts: the templates, each with its three callers.
+    let mut ranked: Vec<_> = by_prompt.iter().filter(|(_, p)| p.0 > 0).collect();
+    ranked.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
+    let top = rows(&doc, "waste_prompts");
+    assert_eq!(top.len(), 5);
+    for (row, ((line, prompt), (repeats, repeat_tokens))) in top.iter().zip(&ranked) {
+        assert_eq!((row["business_line"].as_str(), row["prompt_hash"].as_str()), (Some(*line), Some(*prompt)), "{top:?}");
+        assert_eq!((f(&row["repeats"]) as u64, f(&row["repeat_tokens"]) as u64), (*repeats, *repeat_tokens), "{prompt}");
+        assert!(prompt.starts_with("k:tpl-") && f(&row["callers"]) == 3.0, "{row}");
+    }
+
+    // Output lengths per request type: p50, long outputs, answers cut at max_tokens.
+    let mut types: BTreeMap<&str, Vec<&InferenceEvent>> = BTreeMap::new();
+    for e in &hot {
+        types.entry(e.request_type.as_deref().unwrap_or("-")).or_default().push(e);
+    }
+    let outputs = rows(&doc, "waste_outputs");
+    for (name, list) in &types {
+        let row = outputs.iter().find(|r| r["request_type"] == *name).unwrap_or_else(|| panic!("no type {name}"));
+        let mut lengths: Vec<f64> = list.iter().map(|e| f64::from(e.output_tokens)).collect();
+        let p50 = exact(&mut lengths, 0.5);
+        // Within the histogram's 1%, shown rounded to a token.
+        let shown = f(&row["output_p50_tokens"]);
+        assert!((shown - p50).abs() <= 0.01 * p50 + 0.5, "{name}: output p50 {shown}, exact {p50}");
+        // Long: above 4 × p50, up to the values within the p50's and the bound's buckets of it.
+        let bound = 4.0 * p50;
+        let above = lengths.iter().filter(|v| **v > bound * 1.04).count() as f64;
+        let near = lengths.iter().filter(|v| (bound * 0.96..=bound * 1.04).contains(*v)).count() as f64;
+        let long = f(&row["long_requests"]);
+        assert!(long >= above && long <= above + near, "{name}: long {long}, events {above} (+{near} at the bound)");
+        let limited: Vec<&&InferenceEvent> = list.iter().filter(|e| e.max_tokens.is_some()).collect();
+        let cut: Vec<&&InferenceEvent> = limited.iter().copied().filter(|e| Some(e.output_tokens) >= e.max_tokens).collect();
+        assert_eq!(f(&row["at_limit"]) as usize, cut.len(), "{name}");
+        assert_eq!(f(&row["at_limit_output_tokens"]) as u64, cut.iter().map(|e| u64::from(e.output_tokens)).sum::<u64>(), "{name}");
+        close(f(&row["limited_share"]), limited.len() as f64 / list.len() as f64, "limited share");
+    }
+    let summarize = outputs.iter().find(|r| r["request_type"] == "summarize").expect("summarize");
+    assert!(f(&summarize["long_share"]) > 0.01, "the planted long answers: {summarize}");
+}
+
+/// The seeds' runaway cron job: 29 days of traffic; at 14:00 yesterday a
+/// quarter of `search`'s requests come from one caller whose prompts are
+/// 8 times longer than its own the day before, with no more requests than
+/// usual. `spikes --hour` must flag the line against the same hour of the
+/// four weeks before (27 days from the aggregates) and the caller against
+/// its hour the hot day before, `--fail-if spiking_callers>0` must exit 1,
+/// and every figure and flag must be what the events give.
+#[test]
+fn spikes_flags_the_runaway_caller_and_its_line_against_their_baselines() {
+    const HOUR: i64 = 14;
+    let in_hour = |e: &InferenceEvent, day: i32| day_of(e) == day && e.timestamp_ms.div_euclid(3_600_000) % 24 == HOUR;
+    let (s, events, t) = scenario_with("report_spikes", 90_000, 29, 89, |events, t| {
+        for e in events.iter_mut().filter(|e| e.business_line == "search" && fnv(&e.request_id).is_multiple_of(4)) {
+            if in_hour(e, t - 2) || in_hour(e, t - 1) {
+                e.user_id_hash = Some("k:cron".to_owned());
+            }
+            if in_hour(e, t - 1) {
+                e.input_tokens = e.input_tokens.saturating_mul(8);
+            }
+        }
+    });
+    let hour = i64::from(t - 1) * 24 + HOUR;
+    let at = format!("{}T{HOUR:02}", day_string(t - 1));
+    let (code, out) = report(&s, &["--format", "json", "--top-users", "50", "--fail-if", "spiking_callers>0", "spikes", "--hour", &at], "spikes.log");
+    assert_eq!(code, 1, "a spiking caller fails the run: {}", s.log("spikes.log"));
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(doc["alerts"].as_array().is_some_and(|a| a.iter().any(|a| a.as_str().is_some_and(|a| a.contains("spiking_callers")))), "{doc}");
+
+    let tokens = |e: &InferenceEvent| f64::from(e.input_tokens) + f64::from(e.output_tokens);
+    let load = |keep: &dyn Fn(&InferenceEvent) -> bool, h: i64| {
+        let of_hour: Vec<&InferenceEvent> = events.iter().filter(|e| e.timestamp_ms.div_euclid(3_600_000) == h && keep(e)).collect();
+        (of_hour.len() as f64, of_hour.iter().map(|e| tokens(e)).sum::<f64>())
+    };
+    // Lines: the hour against the mean of the same hour 1..4 weeks before.
+    let mut line_requests = BTreeMap::new();
+    let table = rows(&doc, "spikes");
+    let lines: std::collections::BTreeSet<&str> = events.iter().map(|e| e.business_line.as_str()).collect();
+    for line in lines {
+        let of_line = |e: &InferenceEvent| e.business_line == line;
+        let (requests, tok) = load(&of_line, hour);
+        let weeks: Vec<(f64, f64)> = (1..=4).map(|w| load(&of_line, hour - w * 168)).collect();
+        let (b_requests, b_tokens) = (weeks.iter().map(|w| w.0).sum::<f64>() / 4.0, weeks.iter().map(|w| w.1).sum::<f64>() / 4.0);
+        let row = table.iter().find(|r| r["business_line"] == line).unwrap_or_else(|| panic!("no line {line}: {table:?}"));
+        assert_eq!((f(&row["tokens"]), f(&row["requests"]), f(&row["weeks"])), (tok, requests, 4.0), "{line}");
+        assert_eq!((f(&row["baseline_tokens"]), f(&row["baseline_requests"])), (b_tokens.round(), b_requests.round()), "{line}");
+        close(f(&row["token_ratio"]), tok / b_tokens, "token ratio");
+        let flagged = tok >= 1.5 * b_tokens && requests < 1.2 * b_requests;
+        assert_eq!(row["flag"] == "spike", flagged, "{line}: {row}");
+        line_requests.insert(line, (requests, b_requests, tok));
+    }
+    assert_eq!(table[0]["business_line"], "search", "the planted line first: {table:?}");
+    assert_eq!(table[0]["flag"], "spike", "{table:?}");
+
+    // Callers: the hour against the same hour the hot day before.
+    let callers = rows(&doc, "spike_callers");
+    let mut flagged = Vec::new();
+    let mut keys: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e.timestamp_ms.div_euclid(3_600_000) == hour)
+        .filter_map(|e| Some((e.business_line.as_str(), e.user_id_hash.as_deref()?)))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for (line, caller) in keys {
+        let of_caller = |e: &InferenceEvent| e.business_line == line && e.user_id_hash.as_deref() == Some(caller);
+        let ((_, tok), (_, base)) = (load(&of_caller, hour), load(&of_caller, hour - 24));
+        let (requests, b_requests, line_tokens) = line_requests[line];
+        if tok >= 1.5 * base && tok - base >= 0.05 * line_tokens && requests < 1.2 * b_requests {
+            // Shown as the key id and the first 12 hex digits.
+            let short = caller.split_once(':').map_or(caller.to_owned(), |(key, hex)| format!("{key}:{}", &hex[..hex.len().min(12)]));
+            flagged.push(format!("{line} {short}"));
+        }
+        if caller == "k:cron" {
+            let row = callers.iter().find(|r| r["caller"] == "k:cron").unwrap_or_else(|| panic!("the cron caller: {callers:?}"));
+            assert_eq!((f(&row["tokens"]), f(&row["baseline_tokens"]), f(&row["days"])), (tok, base.round(), 1.0), "{row}");
+        }
+    }
+    let mut shown: Vec<String> = callers
+        .iter()
+        .filter(|r| r["flag"] == "spike")
+        .map(|r| format!("{} {}", r["business_line"].as_str().unwrap_or(""), r["caller"].as_str().unwrap_or("")))
+        .collect();
+    shown.sort();
+    flagged.sort();
+    assert_eq!(shown, flagged, "flagged callers");
+    assert!(flagged.contains(&"search k:cron".to_owned()), "the planted caller: {flagged:?}");
+    assert_eq!(callers[0]["caller"], "k:cron", "the largest excess first: {callers:?}");
 }
 
 /// FNV-1a of `text`: a deterministic coin for thinning events.

@@ -38,6 +38,8 @@ pub const BUILT_IN: &[(&str, &[&str])] = &[
     ("session_id", &["session.id", "gen_ai.conversation.id"]),
     ("user_id", &["user.id", "enduser.id"]),
     ("tenant", &["inferlog.tenant"]),
+    ("max_tokens", &["gen_ai.request.max_tokens"]),
+    ("prompt_hash", &["inferlog.prompt_hash"]),
     ("error_code", &["inferlog.error_code"]),
     ("error_stage", &["inferlog.error_stage"]),
 ];

@@ -281,6 +281,56 @@ pub fn page(doc: &Document, generated: &str) -> String {
     body.push_str(&html_table(table("cost_by_model"), 100));
     body.push_str(&html_table(table("budgets"), 100));
 
+    // Spikes: the last hour's tokens against the same hour before.
+    if let Some(spikes) = doc.table("spikes").filter(|t| !t.rows.is_empty()) {
+        body.push_str("<h2 id=\"spikes\">Spikes</h2><div class=\"grid\">");
+        body.push_str(&chart(
+            bar_chart,
+            "spikes",
+            "tokens in the hour against the same hour of the weeks before",
+            &labels(spikes, "business_line", None),
+            &series(spikes, &[("tokens", "this hour"), ("baseline_tokens", "baseline")]),
+            Kind::Count,
+        ));
+        body.push_str("</div>");
+        body.push_str(&html_table(spikes, 100));
+        body.push_str(&html_table(table("spike_callers"), 20));
+    }
+
+    // Waste: repeated prompts, long outputs, answers cut at max_tokens.
+    if let Some(waste) = doc.table("waste").filter(|t| !t.rows.is_empty()) {
+        body.push_str("<h2 id=\"waste\">Waste</h2><div class=\"grid\">");
+        let outputs = table("waste_outputs");
+        // A chart of zeros (no prompt hashes, no max_tokens) says nothing the tables do not.
+        let any = |t: &Table, columns: &[&str]| {
+            columns.iter().filter_map(|c| t.column(c)).any(|i| t.rows.iter().any(|r| r[i].value().is_some_and(|v| v > 0.0)))
+        };
+        if any(waste, &["repeat_tokens", "cache_saved_prefill_tokens"]) {
+            body.push_str(&chart(
+                bar_chart,
+                "waste",
+                "tokens on repeated prompts by business line",
+                &labels(waste, "business_line", None),
+                &series(waste, &[("repeat_tokens", "tokens on repeats"), ("cache_saved_prefill_tokens", "prefill a prompt cache saves")]),
+                Kind::Count,
+            ));
+        }
+        if any(outputs, &["long_share", "at_limit_share"]) {
+            body.push_str(&chart(
+                bar_chart,
+                "waste_outputs",
+                "long outputs and answers cut at max_tokens by request type",
+                &labels(outputs, "request_type", None),
+                &series(outputs, &[("long_share", "long (> 4× p50)"), ("at_limit_share", "ended at max_tokens")]),
+                Kind::Share,
+            ));
+        }
+        body.push_str("</div>");
+        body.push_str(&html_table(waste, 100));
+        body.push_str(&html_table(table("waste_prompts"), 20));
+        body.push_str(&html_table(outputs, 100));
+    }
+
     // Cache and errors.
     let cache = table("cache");
     let errors = table("errors_by_code");

@@ -43,18 +43,20 @@ impl DayRead {
     }
 }
 
-/// Reads `days` from the archive.
+/// Reads `days` from the archive; their waste too when `waste` (a sampled
+/// day's is marked so and not used).
 pub async fn load(
     cold: &ColdStore,
     catalog: &Catalog,
     days: &[Day],
     filter: &Filter,
+    waste: bool,
     prices: &PriceTable,
     dictionary: &ErrorDictionary,
 ) -> Result<Facts, ReportError> {
     let mut facts = Facts::default();
     for &day in days {
-        let mut fold = DayFold::counting_users();
+        let mut fold = if waste { DayFold::counting_users().counting_waste() } else { DayFold::counting_users() };
         let mut read = DayRead::default();
         for entry in catalog.manifest(Some(day)).await? {
             let bad = |e: String| ReportError::Data(format!("archive object {}: {e}", entry.object_key));

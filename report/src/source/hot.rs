@@ -14,7 +14,7 @@ use inferlog_store::Day;
 
 use crate::error::ReportError;
 use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Pairs, Tier, UserFacts};
-use crate::source::Filter;
+use crate::source::{Filter, Reads};
 
 /// The query streaming one day's rows; `?` binds the day, then the filter's values.
 fn rows_sql(table: &str, filter: &Filter) -> String {
@@ -101,8 +101,15 @@ pub async fn pairs(hot: &HotTier, days: &[Day], filter: &Filter, a: &str, b: &st
     Ok(out)
 }
 
-/// Reads `days` from the hot tier.
-pub async fn load(hot: &HotTier, days: &[Day], filter: &Filter, prices: &PriceTable, dictionary: &ErrorDictionary) -> Result<Facts, ReportError> {
+/// Reads `days` from the hot tier, with their waste and callers when `reads` asks.
+pub async fn load(
+    hot: &HotTier,
+    days: &[Day],
+    filter: &Filter,
+    reads: Reads,
+    prices: &PriceTable,
+    dictionary: &ErrorDictionary,
+) -> Result<Facts, ReportError> {
     let mut facts = Facts::default();
     let sql = rows_sql(&hot.qualified(), filter);
     for &day in days {
@@ -114,6 +121,12 @@ pub async fn load(hot: &HotTier, days: &[Day], filter: &Filter, prices: &PriceTa
             query = query.bind(model);
         }
         let mut fold = DayFold::counting_users();
+        if reads.waste {
+            fold = fold.counting_waste();
+        }
+        if reads.callers {
+            fold = fold.counting_callers();
+        }
         let mut cursor = query.fetch::<FoldRow<'_>>().map_err(hot.error("report rows"))?;
         while let Some(row) = cursor.next().await.map_err(hot.error("report rows"))? {
             fold.add(&row);
@@ -126,7 +139,7 @@ pub async fn load(hot: &HotTier, days: &[Day], filter: &Filter, prices: &PriceTa
 
 /// Adds one day's fold to `facts`: groups and hours priced from their
 /// token sums (per group and per hour, as the compactor prices them), error
-/// counts named by the dictionary, users.
+/// counts named by the dictionary, users, waste, callers.
 pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable, dictionary: &ErrorDictionary) {
     for ((business_line, model_name, model_version, input, output), group) in folded.daily {
         let mut counts = Counts::from(group.totals);
@@ -165,6 +178,12 @@ pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable,
     for (user, u) in folded.users {
         facts.users.insert((day, user), UserFacts { requests: u.requests, tokens: u.tokens });
     }
+    if let Some(waste) = folded.waste {
+        facts.waste.insert(day, waste);
+    }
+    for ((line, caller), load) in folded.callers.unwrap_or_default() {
+        facts.callers.insert((day, line, caller), load);
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +205,7 @@ mod tests {
             error_code: error,
             error_stage: (error != 0).then_some("prefill"),
             user_id_hash: (!user.is_empty()).then_some(user),
+            request_type: None,
             queue_wait_ms: Some(1.0),
             prefill_time_ms: Some(5.0),
             decode_time_ms: Some(80.0),
@@ -194,6 +214,8 @@ mod tests {
             cache_hit: Some(u8::from(input > 2000)),
             cache_prefix_tokens: Some(input / 2),
             gpu_mem_peak_mb: None,
+            prompt_hash: None,
+            max_tokens: None,
         }
     }
 

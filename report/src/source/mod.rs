@@ -49,6 +49,17 @@ pub struct Filter {
     pub model: Option<String>,
 }
 
+/// What a report reads besides each day's groups and errors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reads {
+    /// The hourly facts of aggregate days (the days read from rows always have them).
+    pub hours: bool,
+    /// The repeated prompts and output lengths of the days read from rows.
+    pub waste: bool,
+    /// Each hashed caller's load per hour, on hot days.
+    pub callers: bool,
+}
+
 /// Whether the hot tier answers `day`: it holds the day's partition and
 /// the day is not released (a released day's hot rows are late ones,
 /// waiting to be archived as a supplement, never the day).
@@ -92,9 +103,10 @@ pub struct Stores {
     pub dictionary: ErrorDictionary,
 }
 
-/// Reads every day of `range`, each from the tier that holds it; the
-/// hourly facts of aggregate days only when `hours` (the views that show hours).
-pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -> Result<Facts, ReportError> {
+/// Reads every day of `range`, each from the tier that holds it, with what
+/// `reads` asks for besides.
+pub async fn load(stores: &Stores, range: Range, filter: &Filter, reads: Reads) -> Result<Facts, ReportError> {
+    let hours = reads.hours;
     let mut notes = Vec::new();
     let hot_days: BTreeSet<Day> = match stores.hot.partitions().await {
         Ok(partitions) => partitions.into_iter().map(|p| p.day).filter(|d| range.contains(*d)).collect(),
@@ -119,7 +131,7 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -
     // An archive that does not answer leaves its days missing, said so; the other tiers still answer.
     let from_archive = async {
         let Some(cold) = &stores.cold else { return Ok(Facts::default()) };
-        match archive::load(cold, &stores.catalog, &archive_days, filter, &stores.prices, &stores.dictionary).await {
+        match archive::load(cold, &stores.catalog, &archive_days, filter, reads.waste, &stores.prices, &stores.dictionary).await {
             Err(ReportError::Store(e)) if e.class() == inferlog_schema::ErrorClass::Retry => {
                 tracing::warn!(error = %e, "the archive is unreachable; the days only it holds are reported missing");
                 let days: Vec<String> = archive_days.iter().map(|d| inferlog_store::day_string(*d)).collect();
@@ -130,7 +142,7 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, hours: bool) -
         }
     };
     let (from_hot, from_aggregates, from_archive) = tokio::try_join!(
-        hot::load(&stores.hot, &hot_days, filter, &stores.prices, &stores.dictionary),
+        hot::load(&stores.hot, &hot_days, filter, reads, &stores.prices, &stores.dictionary),
         aggregates::load(&stores.catalog, &aggregate_days, filter, hours),
         from_archive,
     )?;

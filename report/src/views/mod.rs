@@ -10,6 +10,8 @@
 //! - [`capacity`]: load by hour of day and weekday, busiest minutes, daily token trend;
 //!   with `--forecast`, [`forecast`]: the per-minute load, the knee and the days until it;
 //! - [`compare`]: two versions of a model side by side, with significance marks, and their shadow pairs;
+//! - [`waste`]: repeated prompts by line, the most repeated prompts with their callers, long outputs and answers cut at max_tokens;
+//! - [`spikes`]: each line's and hashed caller's tokens in an hour against the same hour before, flagged when they grow without the requests;
 //! - [`diagnose`]: the decision tree (success rate → TTFT → TPOT → tokens) walked against the previous range;
 //! - [`page`]: what the HTML page shows (overview, diagnosis, performance, version comparison, cost, cache, errors, hourly series).
 
@@ -23,6 +25,8 @@ pub mod forecast;
 pub mod latency;
 pub mod overview;
 pub mod page;
+pub mod spikes;
+pub mod waste;
 
 use inferlog_schema::{InputBucket, OutputBucket};
 use inferlog_store::budget::BudgetStatus;
@@ -75,6 +79,18 @@ pub enum View {
     Compare,
     /// Where the problem is: success rate, then TTFT, TPOT and tokens against the previous range, naming the dimension that explains the change.
     Diagnose,
+    /// Tokens spent for nothing: repeated prompts by business line with what a prompt cache would save, the most repeated prompts and their hashed callers, long outputs and answers cut at max_tokens (hot and whole archive days).
+    Waste {
+        /// The repeated prompts listed.
+        #[arg(long, value_name = "N", default_value_t = waste::DEFAULT_TOP)]
+        top: usize,
+    },
+    /// Who is burning tokens now: each business line's tokens in the last complete hour against the same hour over the 4 weeks before, and each hashed caller's against the same hour on the hot days before; flagged when tokens grow 1.5x without the requests (--fail-if 'spiking_callers>0' for cron).
+    Spikes {
+        /// The hour to look at (UTC). Default: the last complete hour.
+        #[arg(long, value_name = "YYYY-MM-DDTHH", value_parser = spikes::parse_hour)]
+        hour: Option<i64>,
+    },
     /// Everything the HTML page shows.
     Page,
 }
@@ -87,7 +103,17 @@ impl View {
 
     /// Whether the view shows hourly facts (the busiest minutes, the hourly series).
     pub fn shows_hours(self) -> bool {
-        matches!(self, View::Capacity { .. } | View::Page)
+        matches!(self, View::Capacity { .. } | View::Spikes { .. } | View::Page)
+    }
+
+    /// Whether the view shows each hashed caller's hours (hot days).
+    pub fn shows_callers(self) -> bool {
+        matches!(self, View::Spikes { .. } | View::Page)
+    }
+
+    /// Whether the view shows repeated prompts and output lengths (the days read from rows count them).
+    pub fn shows_waste(self) -> bool {
+        matches!(self, View::Waste { .. } | View::Page)
     }
 
     pub fn name(self) -> &'static str {
@@ -100,6 +126,8 @@ impl View {
             View::Capacity { .. } => "capacity",
             View::Compare => "compare",
             View::Diagnose => "diagnose",
+            View::Waste { .. } => "waste",
+            View::Spikes { .. } => "spikes",
             View::Page => "page",
         }
     }
@@ -124,6 +152,8 @@ pub fn build(view: View, facts: &Facts, ctx: &Context) -> Document {
         }
         View::Compare => compare::tables(facts, ctx, &mut notes),
         View::Diagnose => diagnose::tables(facts, ctx, &mut notes),
+        View::Waste { top } => waste::tables(facts, ctx, top, &mut notes),
+        View::Spikes { hour } => spikes::tables(facts, ctx, hour.unwrap_or_else(|| spikes::default_hour(ctx.range.to, ctx.now_ms)), &mut notes),
         View::Page => page::tables(facts, ctx, &mut notes, &mut alerts),
     };
     let shown = if view.compares() { ctx.range.with_previous() } else { ctx.range };

@@ -1,7 +1,7 @@
 //! The `page` view: everything the HTML page shows. In: the facts of the
 //! range and of the one before. Out: the overview, the performance tables
 //! (latency by input bucket, stage breakdown), the cost tables, cache and
-//! errors, the diagnosis walk, the version comparison, the capacity
+//! errors, spikes, waste, the diagnosis walk, the version comparison, the capacity
 //! forecast, and the hourly series of requests, tokens and TTFT/TPOT
 //! percentiles the page's time-series charts are drawn from.
 
@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::document::{Cell, Kind, Table};
 use crate::facts::{merge_hists, Counts, Facts, HourHists, TPOT, TTFT};
-use crate::views::{cache, compare, cost, diagnose, errors, forecast, latency, overview, Context};
+use crate::views::{cache, compare, cost, diagnose, errors, forecast, latency, overview, spikes, waste, Context};
 
 /// The hourly series: every complete hour of the range.
 pub fn hourly(facts: &Facts, ctx: &Context) -> Table {
@@ -49,6 +49,8 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>, alerts: &mu
     tables.extend(forecast::tables(facts, ctx, forecast::DEFAULT_KNEE_TTFT_MS, notes));
     tables.extend(cost::tables(facts, ctx, notes, alerts).into_iter().filter(|t| t.name != "top_users"));
     tables.extend(cache::tables(facts, ctx));
+    tables.extend(spikes::tables(facts, ctx, spikes::default_hour(ctx.range.to, ctx.now_ms), notes));
+    tables.extend(waste::tables(facts, ctx, waste::DEFAULT_TOP, notes));
     tables.extend(errors::tables(facts, ctx));
     tables
 }

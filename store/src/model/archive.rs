@@ -18,6 +18,8 @@
 //! | gpu_id, batch_size, cache_prefix_tokens | INT64 | yes |
 //! | cache_hit, truncated | BOOLEAN | yes |
 //! | gpu_mem_peak_mb | DOUBLE | yes |
+//! | prompt_hash | BYTE_ARRAY UTF8 | yes |
+//! | max_tokens | INT64 | yes |
 //! | schema_version | INT32 | no |
 //! | kafka_topic | BYTE_ARRAY UTF8 | no |
 //! | kafka_partition | INT32 | no |
@@ -32,7 +34,8 @@
 //! day archived without sampling. `kafka_index` is the event's place in
 //! its Kafka message (0 for a JSON event, the span's index for OTLP).
 //! Objects written before a column existed read it with its default
-//! (`all`, weight 1, index 0: [`in_current_schema`]).
+//! (`all`, weight 1, index 0, no prompt hash, no output limit:
+//! [`in_current_schema`]).
 
 use std::sync::Arc;
 
@@ -76,6 +79,8 @@ pub fn archive_schema() -> SchemaRef {
         f("cache_prefix_tokens", DataType::Int64, true),
         f("gpu_mem_peak_mb", DataType::Float64, true),
         f("truncated", DataType::Boolean, true),
+        f("prompt_hash", DataType::Utf8, true),
+        f("max_tokens", DataType::Int64, true),
         f("schema_version", DataType::Int32, false),
         f("kafka_topic", DataType::Utf8, false),
         f("kafka_partition", DataType::Int32, false),
@@ -92,7 +97,7 @@ pub const SAMPLE_COLUMNS: [&str; 2] = ["sample_weight", "sample_reason"];
 
 /// `batch` in the archive schema: a batch of an object written before a
 /// column existed gets it with its default (`sample_weight` 1,
-/// `sample_reason` `all`, `kafka_index` 0).
+/// `sample_reason` `all`, `kafka_index` 0, `prompt_hash` and `max_tokens` null).
 pub fn in_current_schema(batch: RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let schema = archive_schema();
     if batch.schema() == schema {
@@ -107,6 +112,8 @@ pub fn in_current_schema(batch: RecordBatch) -> Result<RecordBatch, arrow_schema
             (None, "sample_weight") => Ok(Arc::new(arrow_array::Int64Array::from(vec![1; rows])) as ArrayRef),
             (None, "sample_reason") => Ok(Arc::new(arrow_array::StringArray::from(vec![Reason::All.as_str(); rows])) as ArrayRef),
             (None, "kafka_index") => Ok(Arc::new(arrow_array::Int64Array::from(vec![0; rows])) as ArrayRef),
+            (None, "prompt_hash") => Ok(arrow_array::new_null_array(&DataType::Utf8, rows)),
+            (None, "max_tokens") => Ok(arrow_array::new_null_array(&DataType::Int64, rows)),
             (None, name) => Err(arrow_schema::ArrowError::SchemaError(format!("the archive object has no column {name}"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -114,7 +121,7 @@ pub fn in_current_schema(batch: RecordBatch) -> Result<RecordBatch, arrow_schema
 }
 
 /// Text columns of the archive schema.
-const TEXT_COLUMNS: usize = 10;
+const TEXT_COLUMNS: usize = 11;
 
 /// Column builders for one batch of [`StoredRow`]s.
 #[derive(Debug)]
@@ -132,6 +139,8 @@ pub struct BatchBuilder {
     cache_prefix_tokens: Int64Builder,
     gpu_mem_peak_mb: Float64Builder,
     truncated: BooleanBuilder,
+    prompt_hash: StringBuilder,
+    max_tokens: Int64Builder,
     schema_version: Int32Builder,
     kafka_topic: StringBuilder,
     kafka_partition: Int32Builder,
@@ -171,6 +180,8 @@ impl BatchBuilder {
             cache_prefix_tokens: int(),
             gpu_mem_peak_mb: float(),
             truncated: BooleanBuilder::with_capacity(BATCH_ROWS),
+            prompt_hash: text(),
+            max_tokens: int(),
             schema_version: Int32Builder::with_capacity(BATCH_ROWS),
             kafka_topic: text(),
             kafka_partition: Int32Builder::with_capacity(BATCH_ROWS),
@@ -205,6 +216,8 @@ impl BatchBuilder {
         self.cache_prefix_tokens.append_option(r.cache_prefix_tokens.map(i64::from));
         self.gpu_mem_peak_mb.append_option(r.gpu_mem_peak_mb);
         self.truncated.append_option(r.truncated.map(|v| v != 0));
+        self.prompt_hash.append_option(r.prompt_hash);
+        self.max_tokens.append_option(r.max_tokens.map(i64::from));
         self.schema_version.append_value(i32::from(r.schema_version));
         self.kafka_topic.append_value(r.kafka_topic);
         self.kafka_partition.append_value(i32::from(r.kafka_partition));
@@ -222,7 +235,7 @@ impl BatchBuilder {
     }
 
     fn text_builders(&self) -> impl Iterator<Item = &StringBuilder> {
-        self.text.iter().chain(&self.optional_text).chain(std::iter::once(&self.kafka_topic))
+        self.text.iter().chain(&self.optional_text).chain([&self.prompt_hash, &self.kafka_topic])
     }
 
     /// The batch so far; the builder starts again, sized like this batch
@@ -250,6 +263,8 @@ impl BatchBuilder {
         columns.push(Arc::new(self.cache_prefix_tokens.finish()));
         columns.push(Arc::new(self.gpu_mem_peak_mb.finish()));
         columns.push(Arc::new(self.truncated.finish()));
+        columns.push(Arc::new(self.prompt_hash.finish()));
+        columns.push(Arc::new(self.max_tokens.finish()));
         columns.push(Arc::new(self.schema_version.finish()));
         columns.push(Arc::new(self.kafka_topic.finish()));
         columns.push(Arc::new(self.kafka_partition.finish()));
@@ -277,6 +292,7 @@ pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> R
     let time = column("timestamp")?.as_primitive_opt::<TimestampMillisecondType>().ok_or_else(|| kind("timestamp"))?;
     let (line, model, version, stage, user) =
         (text("business_line")?, text("model_name")?, text("model_version")?, text("error_stage")?, text("user_id_hash")?);
+    let (request_type, prompt, max_tokens) = (text("request_type")?, text("prompt_hash")?, int64("max_tokens")?);
     let (input, output, prefix, weight) = (int64("input_tokens")?, int64("output_tokens")?, int64("cache_prefix_tokens")?, int64("sample_weight")?);
     let code = column("error_code")?.as_primitive_opt::<Int32Type>().ok_or_else(|| kind("error_code"))?;
     let (total, queue, prefill, decode, ttft, tpot, gpu_mem) = (
@@ -302,6 +318,7 @@ pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> R
             error_code: code.value(i),
             error_stage: opt_str(stage, i),
             user_id_hash: opt_str(user, i),
+            request_type: opt_str(request_type, i),
             queue_wait_ms: opt_f(queue, i),
             prefill_time_ms: opt_f(prefill, i),
             decode_time_ms: opt_f(decode, i),
@@ -310,6 +327,8 @@ pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> R
             cache_hit: cache_hit.is_valid(i).then(|| u8::from(cache_hit.value(i))),
             cache_prefix_tokens: prefix.is_valid(i).then(|| prefix.value(i) as u32),
             gpu_mem_peak_mb: opt_f(gpu_mem, i),
+            prompt_hash: opt_str(prompt, i),
+            max_tokens: max_tokens.is_valid(i).then(|| max_tokens.value(i) as u32),
         };
         f(&row, weight.value(i).max(0) as u64);
     }
@@ -333,7 +352,14 @@ mod tests {
     #[test]
     fn archived_rows_read_back_as_fold_rows_with_weights() {
         let mut b = BatchBuilder::new(archive_schema());
-        let row = StoredRow { cache_hit: Some(1), ttft_ms: None, error_stage: Some("decode"), error_code: 1003, ..StoredRow::example() };
+        let row = StoredRow {
+            cache_hit: Some(1),
+            ttft_ms: None,
+            error_stage: Some("decode"),
+            error_code: 1003,
+            max_tokens: Some(512),
+            ..StoredRow::example()
+        };
         b.append(&row, Reason::Error, 1);
         b.append(&StoredRow::example(), Reason::Sampled, 9);
         let batch = b.finish().expect("batch");
@@ -351,6 +377,7 @@ mod tests {
                 error_code: r.error_code,
                 error_stage: r.error_stage,
                 user_id_hash: r.user_id_hash,
+                request_type: r.request_type,
                 queue_wait_ms: r.queue_wait_ms,
                 prefill_time_ms: r.prefill_time_ms,
                 decode_time_ms: r.decode_time_ms,
@@ -359,6 +386,8 @@ mod tests {
                 cache_hit: r.cache_hit,
                 cache_prefix_tokens: r.cache_prefix_tokens,
                 gpu_mem_peak_mb: r.gpu_mem_peak_mb,
+                prompt_hash: r.prompt_hash,
+                max_tokens: r.max_tokens,
             };
             format!("{f:?}")
         };

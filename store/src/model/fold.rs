@@ -4,7 +4,9 @@
 //! (business line × model × version × input bucket × output bucket) its
 //! counts and mergeable histograms; per UTC hour × business line × model
 //! × version its totals, busiest minute and duration histograms; the error
-//! counts; and, when asked, each hashed user's requests and tokens.
+//! counts; and, when asked, each hashed user's requests and tokens and the
+//! day's repeated prompts and output lengths ([`crate::model::waste`]) and
+//! each hashed caller's load per hour ([`crate::model::callers`]).
 //!
 //! The compactor publishes a day's fold to Postgres and the report folds a
 //! hot day with this same code, so a question has the same answer from
@@ -17,8 +19,10 @@
 use std::collections::HashMap;
 
 use crate::cost::Usage;
+use crate::model::callers::{CallerFold, Callers};
 use crate::model::measures::{self, COUNT, DURATIONS};
 use crate::model::stored::FoldRow;
+use crate::model::waste::{Waste, WasteFold};
 use inferlog_schema::histogram::{self, Histogram};
 use inferlog_schema::{InputBucket, OutputBucket};
 
@@ -142,6 +146,10 @@ pub struct Folded {
     pub errors: Vec<ErrorRow>,
     /// Per hashed user (only when the fold counts users).
     pub users: HashMap<String, UserUse>,
+    /// Repeated prompts and output lengths (only when the fold counts waste).
+    pub waste: Option<Waste>,
+    /// Each line's hashed callers' load per hour (only when the fold counts callers).
+    pub callers: Option<Callers>,
 }
 
 /// An hour being counted.
@@ -182,6 +190,10 @@ pub struct DayFold {
     rows: u64,
     /// `Some` when the fold counts users.
     users: Option<HashMap<String, UserUse>>,
+    /// `Some` when the fold counts waste.
+    waste: Option<WasteFold>,
+    /// `Some` when the fold counts callers.
+    callers: Option<CallerFold>,
 }
 
 impl DayFold {
@@ -189,6 +201,21 @@ impl DayFold {
     /// per-user attribution; the aggregates keep no users).
     pub fn counting_users() -> DayFold {
         DayFold { users: Some(HashMap::new()), ..DayFold::default() }
+    }
+
+    /// This fold, also counting repeated prompts and output lengths
+    /// ([`crate::model::waste`]: the report's `waste` view; the aggregates
+    /// keep no prompts).
+    pub fn counting_waste(mut self) -> DayFold {
+        self.waste = Some(WasteFold::default());
+        self
+    }
+
+    /// This fold, also counting each hashed caller's load per hour
+    /// ([`crate::model::callers`]: the report's `spikes` view).
+    pub fn counting_callers(mut self) -> DayFold {
+        self.callers = Some(CallerFold::default());
+        self
     }
 
     fn series_of(&mut self, row: &FoldRow<'_>) -> usize {
@@ -220,6 +247,12 @@ impl DayFold {
     pub fn add_weighted(&mut self, row: &FoldRow<'_>, weight: u64) {
         let w = weight;
         self.rows += w;
+        if let Some(waste) = self.waste.as_mut() {
+            waste.add(row, w);
+        }
+        if let Some(callers) = self.callers.as_mut() {
+            callers.add(row, w);
+        }
         let s = self.series_of(row);
         let series = &mut self.series[s];
         let input_bucket = InputBucket::of(row.input_tokens);
@@ -296,7 +329,13 @@ impl DayFold {
 
     /// The day's groups, hours (each with its busiest minute) and errors.
     pub fn finish(self) -> Folded {
-        let mut folded = Folded { rows: self.rows, users: self.users.unwrap_or_default(), ..Folded::default() };
+        let mut folded = Folded {
+            rows: self.rows,
+            users: self.users.unwrap_or_default(),
+            waste: self.waste.map(WasteFold::finish),
+            callers: self.callers.map(CallerFold::finish),
+            ..Folded::default()
+        };
         for s in self.series {
             let key =
                 |input: &'static str, output: &'static str| (s.business_line.clone(), s.model_name.clone(), s.model_version.clone(), input, output);

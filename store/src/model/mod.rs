@@ -12,10 +12,13 @@
 //! - [`keep`]: the user's `[[sampling.keep]]` rules (conditions over a stored row).
 //! - [`measures`]: the measures the aggregates describe (ClickHouse expression, Postgres columns, report label).
 //! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
+//! - [`callers`]: the fold's account of each hashed caller's load per hour (hot days).
+//! - [`waste`]: the fold's account of repeated prompts and output lengths (hot and whole archive days).
 //! - [`aggregates`]: the Postgres aggregate tables' columns.
 
 pub mod aggregates;
 pub mod archive;
+pub mod callers;
 pub mod fold;
 pub mod keep;
 pub mod measures;
@@ -23,3 +26,4 @@ pub mod rows;
 pub mod sample;
 pub mod stored;
 pub mod tables;
+pub mod waste;

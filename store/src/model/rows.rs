@@ -43,6 +43,8 @@ pub struct HotRow {
     pub cache_prefix_tokens: Option<u32>,
     pub gpu_mem_peak_mb: Option<f64>,
     pub truncated: Option<u8>,
+    pub prompt_hash: Option<String>,
+    pub max_tokens: Option<u32>,
     pub schema_version: u8,
     /// Shared by every row of the topic: no allocation per row.
     pub kafka_topic: std::sync::Arc<str>,
@@ -86,6 +88,8 @@ impl HotRow {
             cache_prefix_tokens: e.cache_prefix_tokens,
             gpu_mem_peak_mb: e.gpu_mem_peak_mb,
             truncated: e.truncated.map(u8::from),
+            prompt_hash: e.prompt_hash,
+            max_tokens: e.max_tokens,
             schema_version: SCHEMA_VERSION as u8,
             kafka_topic: topic,
             kafka_partition: partition,
@@ -130,6 +134,8 @@ impl HotRow {
         put_nullable(out, self.cache_prefix_tokens, |out, v| out.extend_from_slice(&v.to_le_bytes()));
         put_nullable(out, self.gpu_mem_peak_mb, |out, v| out.extend_from_slice(&v.to_le_bytes()));
         put_nullable(out, self.truncated, |out, v| out.push(v));
+        put_nullable(out, self.prompt_hash.as_deref(), put_str);
+        put_nullable(out, self.max_tokens, |out, v| out.extend_from_slice(&v.to_le_bytes()));
         out.push(self.schema_version);
         let event = out.len() - start;
         put_str(out, &self.kafka_topic);

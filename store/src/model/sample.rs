@@ -509,6 +509,8 @@ mod tests {
             error_code: error,
             ttft_ms: Some(10.0),
             truncated: Some(0),
+            prompt_hash: None,
+            max_tokens: None,
             ..StoredRow::example()
         }
     }

@@ -45,6 +45,9 @@ pub struct StoredRow<'a> {
     pub cache_prefix_tokens: Option<u32>,
     pub gpu_mem_peak_mb: Option<f64>,
     pub truncated: Option<u8>,
+    #[serde(borrow)]
+    pub prompt_hash: Option<&'a str>,
+    pub max_tokens: Option<u32>,
     pub schema_version: u8,
     pub kafka_topic: &'a str,
     pub kafka_partition: u16,
@@ -72,6 +75,7 @@ impl StoredRow<'_> {
             error_code: self.error_code,
             error_stage: self.error_stage,
             user_id_hash: self.user_id_hash,
+            request_type: self.request_type,
             queue_wait_ms: self.queue_wait_ms,
             prefill_time_ms: self.prefill_time_ms,
             decode_time_ms: self.decode_time_ms,
@@ -80,6 +84,8 @@ impl StoredRow<'_> {
             cache_hit: self.cache_hit,
             cache_prefix_tokens: self.cache_prefix_tokens,
             gpu_mem_peak_mb: self.gpu_mem_peak_mb,
+            prompt_hash: self.prompt_hash,
+            max_tokens: self.max_tokens,
         }
     }
 
@@ -111,6 +117,8 @@ impl StoredRow<'_> {
             cache_prefix_tokens: Some(4),
             gpu_mem_peak_mb: None,
             truncated: Some(0),
+            prompt_hash: Some("k1:ab"),
+            max_tokens: None,
             schema_version: 1,
             kafka_topic: "t",
             kafka_partition: 2,
@@ -122,8 +130,9 @@ impl StoredRow<'_> {
 }
 
 /// The columns of a hot row the aggregates fold ([`crate::model::fold`]):
-/// the series, the tokens, the error, the user and the measures. Fields
-/// keep [`HOT`]'s names and order.
+/// the series, the tokens, the error, the user, the request type, the
+/// measures, the prompt and the output limit. Fields keep [`HOT`]'s names
+/// and order.
 #[derive(Debug, Clone, Copy, PartialEq, Row, Deserialize)]
 pub struct FoldRow<'a> {
     pub timestamp_ms: u64,
@@ -138,6 +147,8 @@ pub struct FoldRow<'a> {
     pub error_stage: Option<&'a str>,
     #[serde(borrow)]
     pub user_id_hash: Option<&'a str>,
+    #[serde(borrow)]
+    pub request_type: Option<&'a str>,
     pub queue_wait_ms: Option<f64>,
     pub prefill_time_ms: Option<f64>,
     pub decode_time_ms: Option<f64>,
@@ -146,6 +157,9 @@ pub struct FoldRow<'a> {
     pub cache_hit: Option<u8>,
     pub cache_prefix_tokens: Option<u32>,
     pub gpu_mem_peak_mb: Option<f64>,
+    #[serde(borrow)]
+    pub prompt_hash: Option<&'a str>,
+    pub max_tokens: Option<u32>,
 }
 
 impl FoldRow<'_> {
@@ -172,7 +186,7 @@ mod tests {
         assert_eq!(stored, all_but_derived.as_slice());
         assert!(in_table_order(<FoldRow<'_> as Row>::COLUMN_NAMES));
         assert!(StoredRow::select_list().starts_with("timestamp_ms, request_id, business_line,"));
-        assert!(FoldRow::select_list().ends_with("cache_hit, cache_prefix_tokens, gpu_mem_peak_mb"));
+        assert!(FoldRow::select_list().ends_with("cache_prefix_tokens, gpu_mem_peak_mb, prompt_hash, max_tokens"));
     }
 
     #[test]
@@ -181,5 +195,6 @@ mod tests {
         let fold = row.fold_row();
         assert_eq!((fold.timestamp_ms, fold.error_stage, fold.cache_prefix_tokens), (row.timestamp_ms, row.error_stage, row.cache_prefix_tokens));
         assert_eq!((fold.tpot_ms, fold.decode_time_ms, fold.queue_wait_ms), (row.tpot_ms, row.decode_time_ms, row.queue_wait_ms));
+        assert_eq!((fold.request_type, fold.prompt_hash, fold.max_tokens), (row.request_type, row.prompt_hash, row.max_tokens));
     }
 }

@@ -94,6 +94,9 @@ pub const HOT: Shape = Shape {
         col("cache_prefix_tokens", "Nullable(UInt32)"),
         col("gpu_mem_peak_mb", "Nullable(Float64)"),
         col("truncated", "Nullable(UInt8)"),
+        // The prompt's keyed hash and the output limit (`waste`).
+        added("prompt_hash", "Nullable(String)", "NULL"),
+        added("max_tokens", "Nullable(UInt32)", "NULL"),
         col("schema_version", "UInt8"),
         col("kafka_topic", "String"),
         col("kafka_partition", "UInt16"),
