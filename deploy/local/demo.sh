@@ -236,7 +236,7 @@ step "inferlog-report waste: repeated prompts by line and what a prompt cache wo
 report "${week[@]}" waste --top 5
 step "inferlog-report spikes: who burned tokens at ${spike_hour}:00 against the same hour before (--fail-if exits 1 for cron)"
 report --top-users 5 --fail-if 'spiking_callers>0' spikes --hour "$spike_hour"
-step "the HTML page (overview, diagnosis, performance, version comparison, cost, cache, errors; one self-contained file)"
+step "the HTML page (overview, diagnosis, performance, version comparison, capacity, cost, spikes, waste, cache, errors; one self-contained file)"
 report "${week[@]}" --format json --html "$work/report.html" page > "$work/report.json"
 echo "  page: $PWD/$work/report.html (its figures: $PWD/$work/report.json)" >&2
 echo "stop the services with: deploy/local/services.sh down" >&2

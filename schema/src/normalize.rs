@@ -748,9 +748,9 @@ fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
     Ok(Some(s.to_owned()))
 }
 
-/// A producer's `prompt_hash`, trimmed (hashed again under the key before
-/// it is stored, as a `user_id` is); `None` when empty.
-fn prompt_hash(g: &Given<'_>) -> Result<Option<String>, Rejection> {
+/// A value stored only as its keyed hash (`user_id`, `prompt_hash`): a
+/// string, trimmed, of at most `max_chars` characters; `None` when empty.
+fn to_hash<'g>(g: &'g Given<'_>, max_chars: usize) -> Result<Option<&'g str>, Rejection> {
     let name = g.name;
     let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
     let s = s.trim();
@@ -758,11 +758,18 @@ fn prompt_hash(g: &Given<'_>) -> Result<Option<String>, Rejection> {
         return Ok(None);
     }
     let chars = s.chars().count();
-    if chars > MAX_PROMPT_HASH_CHARS {
-        return Err(Rejection::new(ReasonCode::FieldRange, name, format!("is {chars} characters; at most {MAX_PROMPT_HASH_CHARS}")));
+    if chars > max_chars {
+        return Err(Rejection::new(ReasonCode::FieldRange, name, format!("is {chars} characters; at most {max_chars}")));
     }
+    Ok(Some(s))
+}
+
+/// A producer's `prompt_hash`, trimmed (hashed again under the key before
+/// it is stored, as a `user_id` is); `None` when empty.
+fn prompt_hash(g: &Given<'_>) -> Result<Option<String>, Rejection> {
+    let Some(s) = to_hash(g, MAX_PROMPT_HASH_CHARS)? else { return Ok(None) };
     if s.chars().any(char::is_control) {
-        return Err(Rejection::new(ReasonCode::FieldFormat, name, "contains control characters"));
+        return Err(Rejection::new(ReasonCode::FieldFormat, g.name, "contains control characters"));
     }
     Ok(Some(s.to_owned()))
 }
@@ -792,16 +799,7 @@ pub fn prompt_text(value: &serde_json::Value) -> Option<Cow<'_, str>> {
 }
 
 fn user_id(g: &Given<'_>, hasher: Option<&UserIdHasher>) -> Result<Option<String>, Rejection> {
-    let name = g.name;
-    let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
-    let s = s.trim();
-    if s.is_empty() {
-        return Ok(None);
-    }
-    let chars = s.chars().count();
-    if chars > MAX_USER_ID_CHARS {
-        return Err(Rejection::new(ReasonCode::FieldRange, name, format!("is {chars} characters; at most {MAX_USER_ID_CHARS}")));
-    }
+    let Some(s) = to_hash(g, MAX_USER_ID_CHARS)? else { return Ok(None) };
     Ok(hasher.map(|h| if h.is_own_digest(s) { s.to_owned() } else { h.hash(s) }))
 }
 

@@ -772,8 +772,9 @@ fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
 /// quarter of `search`'s requests come from one caller whose prompts are
 /// 8 times longer than its own the day before, with no more requests than
 /// usual. `spikes --hour` must flag the line against the same hour of the
-/// four weeks before (27 days from the aggregates) and the caller against
-/// its hour the hot day before, `--fail-if spiking_callers>0` must exit 1,
+/// four weeks before (27 days from the aggregates; tokens grown 1.5x and
+/// 1.5x faster than the requests) and the caller against its hour the hot
+/// day before, `--fail-if spiking_callers>0` must exit 1,
 /// and every figure and flag must be what the events give.
 #[test]
 fn spikes_flags_the_runaway_caller_and_its_line_against_their_baselines() {
@@ -814,7 +815,7 @@ fn spikes_flags_the_runaway_caller_and_its_line_against_their_baselines() {
         assert_eq!((f(&row["tokens"]), f(&row["requests"]), f(&row["weeks"])), (tok, requests, 4.0), "{line}");
         assert_eq!((f(&row["baseline_tokens"]), f(&row["baseline_requests"])), (b_tokens.round(), b_requests.round()), "{line}");
         close(f(&row["token_ratio"]), tok / b_tokens, "token ratio");
-        let flagged = tok >= 1.5 * b_tokens && requests < 1.2 * b_requests;
+        let flagged = tok >= 1.5 * b_tokens && tok / b_tokens >= 1.5 * (requests / b_requests);
         assert_eq!(row["flag"] == "spike", flagged, "{line}: {row}");
         line_requests.insert(line, (requests, b_requests, tok));
     }
@@ -833,9 +834,10 @@ fn spikes_flags_the_runaway_caller_and_its_line_against_their_baselines() {
     keys.dedup();
     for (line, caller) in keys {
         let of_caller = |e: &InferenceEvent| e.business_line == line && e.user_id_hash.as_deref() == Some(caller);
-        let ((_, tok), (_, base)) = (load(&of_caller, hour), load(&of_caller, hour - 24));
+        let ((requests_of_caller, tok), (_, base)) = (load(&of_caller, hour), load(&of_caller, hour - 24));
         let (requests, b_requests, line_tokens) = line_requests[line];
-        if tok >= 1.5 * base && tok - base >= 0.05 * line_tokens && requests < 1.2 * b_requests {
+        let ratio = if base > 0.0 { tok / base } else { f64::INFINITY };
+        if requests_of_caller >= 5.0 && ratio >= 1.5 && tok - base >= 0.05 * line_tokens && ratio >= 1.5 * (requests / b_requests) {
             // Shown as the key id and the first 12 hex digits.
             let short = caller.split_once(':').map_or(caller.to_owned(), |(key, hex)| format!("{key}:{}", &hex[..hex.len().min(12)]));
             flagged.push(format!("{line} {short}"));

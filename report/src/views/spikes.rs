@@ -4,16 +4,19 @@
 //!
 //! - `spikes`: per business line, the hour's tokens and requests against
 //!   their baseline, the mean of the same hour 1, 2, 3 and 4 weeks before
-//!   (the weeks a tier answers; a week without the line's traffic counts as
-//!   0). A line is flagged when its tokens reach [`TOKEN_RISE`] × the
-//!   baseline while its requests stay under [`BUSINESS_GROWTH`] × theirs:
-//!   tokens growing without the business growing.
+//!   (the weeks a tier answers with traffic in that hour; a line without
+//!   traffic in such a week counts as 0). A line is flagged when its
+//!   tokens reach [`TOKEN_RISE`] × the baseline *and* [`TOKEN_RISE`] × its
+//!   requests' growth: tokens growing half again faster than the business
+//!   (the seed's "growth of 50% without business growth", which holds on a
+//!   day busier or quieter than the weeks before).
 //! - `spike_callers`: per business line × hashed caller, the hour's tokens
 //!   against the mean of the same hour on the hot days before (the hot tier
 //!   alone keeps callers; a day the caller sent nothing counts as 0),
-//!   flagged when they reach [`TOKEN_RISE`] × it, the excess is at least
-//!   [`CALLER_FLOOR`] of its line's tokens that hour (a quiet caller's
-//!   noise is not a spike), and the line's requests did not grow (as above).
+//!   flagged when they reach [`TOKEN_RISE`] × it and [`TOKEN_RISE`] × the
+//!   line's requests' growth, the excess is at least [`CALLER_FLOOR`] of
+//!   its line's tokens that hour, and it sent [`MIN_CALLER_REQUESTS`] or
+//!   more (one long request, or a quiet caller's noise, is not a spike).
 //!
 //! The same rule for lines runs from the live service metrics as the
 //! Prometheus alert `InferenceTokenSpikeVsBaseline`
@@ -28,8 +31,8 @@ use crate::views::{minute_string, Context};
 
 /// Tokens at this many times their baseline are a spike.
 pub const TOKEN_RISE: f64 = 1.5;
-/// …while requests stay under this many times theirs (no business growth).
-pub const BUSINESS_GROWTH: f64 = 1.2;
+/// A caller sending fewer requests in the hour is never flagged.
+pub const MIN_CALLER_REQUESTS: f64 = 5.0;
 /// A caller's excess over its baseline must be at least this share of its line's tokens in the hour.
 pub const CALLER_FLOOR: f64 = 0.05;
 /// Weeks of the same hour the lines' baseline averages.
@@ -80,18 +83,16 @@ impl LineSpike {
         self.baseline.filter(|b| b.requests > 0.0).map(|b| self.now.requests / b.requests)
     }
 
-    /// The line's requests did not grow (unknown without a baseline: not held against a caller).
-    fn no_business_growth(&self) -> bool {
-        self.request_ratio().is_none_or(|r| r < BUSINESS_GROWTH)
+    /// Whether tokens that grew `token_ratio` times grew [`TOKEN_RISE`] ×
+    /// faster than the line's requests (true without a baseline of requests:
+    /// nothing to hold against them).
+    fn outgrows_requests(&self, token_ratio: f64) -> bool {
+        self.request_ratio().is_none_or(|r| token_ratio >= TOKEN_RISE * r)
     }
 
+    /// A line without a baseline of tokens (new, or no week answered) is never flagged.
     fn flagged(&self) -> bool {
-        let rose = match self.baseline {
-            Some(b) if b.tokens > 0.0 => self.now.tokens >= TOKEN_RISE * b.tokens,
-            Some(_) => self.now.tokens > 0.0,
-            None => false,
-        };
-        rose && self.request_ratio().is_some_and(|r| r < BUSINESS_GROWTH)
+        self.token_ratio().is_some_and(|r| r >= TOKEN_RISE && self.outgrows_requests(r))
     }
 }
 
@@ -118,10 +119,12 @@ fn line_loads(facts: &Facts, hour: i64) -> BTreeMap<String, Load> {
 
 fn lines(facts: &Facts, hour: i64) -> Vec<LineSpike> {
     let now = line_loads(facts, hour);
+    // A week whose hour no tier answers, or that had no traffic at all (before the first event), is no baseline.
     let weeks: Vec<BTreeMap<String, Load>> = (1..=BASELINE_WEEKS)
         .map(|w| hour - w * 7 * 24)
         .filter(|h| facts.tier(h.div_euclid(24) as i32) != Tier::None)
         .map(|h| line_loads(facts, h))
+        .filter(|w| !w.is_empty())
         .collect();
     let mut names: Vec<&String> = now.keys().chain(weeks.iter().flat_map(|w| w.keys())).collect();
     names.sort();
@@ -162,10 +165,12 @@ fn callers(facts: &Facts, hour: i64, lines: &[LineSpike]) -> Vec<CallerSpike> {
         let of_line = lines.iter().find(|l| l.line == *line);
         let line_tokens = of_line.map_or(0.0, |l| l.now.tokens);
         let tokens = tokens as f64;
+        let ratio = if b_tokens > 0.0 { tokens / b_tokens } else { f64::INFINITY };
         let flagged = !before.is_empty()
-            && tokens >= TOKEN_RISE * b_tokens
+            && requests as f64 >= MIN_CALLER_REQUESTS
+            && ratio >= TOKEN_RISE
             && tokens - b_tokens >= CALLER_FLOOR * line_tokens
-            && of_line.is_none_or(LineSpike::no_business_growth);
+            && of_line.is_none_or(|l| l.outgrows_requests(ratio));
         out.push(CallerSpike {
             line: line.clone(),
             caller: caller.clone(),
@@ -265,8 +270,8 @@ pub fn tables(facts: &Facts, ctx: &Context, hour: i64, notes: &mut Vec<String>) 
         notes.push(format!("spikes: no tier answers the same hour 1 to 4 weeks before {shown}: no line has a baseline"));
     }
     notes.push(format!(
-        "spikes: flagged when tokens reach {TOKEN_RISE}x the baseline while requests stay under {BUSINESS_GROWTH}x theirs; a caller's \
-         excess must also be at least {}% of its line's tokens in the hour",
+        "spikes: flagged when tokens reach {TOKEN_RISE}x the baseline and {TOKEN_RISE}x the line's growth in requests; a caller \
+         must also send {MIN_CALLER_REQUESTS} requests or more, its excess at least {}% of its line's tokens in the hour",
         CALLER_FLOOR * 100.0
     ));
     vec![by_line, by_caller]
@@ -305,16 +310,18 @@ mod tests {
         // Week 2 of search is missing from its tier: it counts as 0 traffic, not as a gap.
         facts.hours.retain(|k, _| !(k.hour == hour - 2 * 168 && k.business_line == "search"));
         hour_facts(&mut facts, hour, "search", 70, 20_000);
-        hour_facts(&mut facts, hour, "ads", 200, 30_000);
+        hour_facts(&mut facts, hour, "ads", 210, 30_000);
         let spikes = lines(&facts, hour);
         let search = spikes.iter().find(|l| l.line == "search").expect("search");
         assert_eq!((search.weeks, search.baseline.map(|b| b.tokens)), (4, Some(7_500.0)));
         assert!(search.flagged(), "2.7x the tokens on the same requests");
         let ads = spikes.iter().find(|l| l.line == "ads").expect("ads");
-        assert!(!ads.flagged(), "3x the tokens on 2x the requests is business growth");
-        // A week no tier answers is left out of the baseline.
+        assert!(!ads.flagged(), "3x the tokens on 2.1x the requests is mostly business growth");
+        // A week no tier answers is left out of the baseline, and so is one without any traffic in the hour (before the first event).
         facts.tiers.retain(|(d, _)| *d != day - 7);
         assert_eq!(lines(&facts, hour).iter().find(|l| l.line == "ads").map(|l| l.weeks), Some(3));
+        facts.hours.retain(|k, _| k.hour != hour - 4 * 168);
+        assert_eq!(lines(&facts, hour).iter().find(|l| l.line == "ads").map(|l| l.weeks), Some(2));
         let m = metrics(&facts, hour);
         assert_eq!((m[0].key.as_str(), m[0].value), ("spiking_lines", Some(1.0)));
     }
@@ -336,11 +343,13 @@ mod tests {
         load(day, "k:cron", 12, 9_000);
         load(day, "k:web", 50, 5_100);
         load(day, "k:tiny", 1, 50);
-        hour_facts(&mut facts, hour, "search", 63, 14_150);
+        load(day, "k:big", 1, 4_000);
+        hour_facts(&mut facts, hour, "search", 64, 18_150);
         let c = callers(&facts, hour, &lines(&facts, hour));
         assert_eq!((c[0].caller.as_str(), c[0].flagged, c[0].days, c[0].baseline.tokens), ("k:cron", true, 3, 1_000.0));
         let tiny = c.iter().find(|c| c.caller == "k:tiny").expect("tiny");
         assert!(!tiny.flagged, "a new caller of 50 tokens is under the floor");
+        assert!(!c.iter().find(|c| c.caller == "k:big").expect("big").flagged, "one long request is no spike");
         assert!(!c.iter().find(|c| c.caller == "k:web").expect("web").flagged);
     }
 
