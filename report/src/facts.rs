@@ -180,6 +180,15 @@ pub struct GroupFacts {
     pub hists: GroupHists,
 }
 
+/// A day's model × version × request type (`-`: none given).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TypeKey {
+    pub day: Day,
+    pub model_name: String,
+    pub model_version: String,
+    pub request_type: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HourKey {
     /// Hours since 1970-01-01 00:00 UTC.
@@ -266,6 +275,10 @@ pub struct Facts {
     /// Per hot day, business line and hashed caller: requests and tokens in
     /// each hour of the day (read for `spikes` and the page only).
     pub callers: HashMap<(Day, String, String), HourLoad>,
+    /// Per day read from rows (hot, archive), model, version and request
+    /// type: counts and histograms (read for `compare` and the page only;
+    /// the aggregates keep no request type).
+    pub types: BTreeMap<TypeKey, GroupFacts>,
 }
 
 impl Facts {
@@ -303,6 +316,7 @@ impl Facts {
         self.users.retain(|(d, _), _| !days.contains(d));
         self.waste.retain(|d, _| !days.contains(d));
         self.callers.retain(|(d, _, _), _| !days.contains(d));
+        self.types.retain(|k, _| !days.contains(&k.day));
         self
     }
 
@@ -324,6 +338,7 @@ impl Facts {
         self.users.extend(other.users);
         self.waste.extend(other.waste);
         self.callers.extend(other.callers);
+        self.types.extend(other.types);
         self.notes.extend(other.notes);
     }
 }

@@ -141,7 +141,12 @@ async fn run(args: Args) -> Result<i32, ReportError> {
 
     let compares = view.compares() || args.html.is_some();
     let html = args.html.is_some();
-    let reads = Reads { hours: view.shows_hours() || html, waste: view.shows_waste() || html, callers: view.shows_callers() || html };
+    let reads = Reads {
+        hours: view.shows_hours() || html,
+        waste: view.shows_waste() || html,
+        callers: view.shows_callers() || html,
+        types: view.shows_types() || html,
+    };
     let mut facts = inferlog_report::source::load(&stores, if compares { range.with_previous() } else { range }, &filter, reads).await?;
     // The versions compared, and the requests both served on the hot days (the page compares too).
     let versions = versions.or_else(|| (view == View::Page || args.html.is_some()).then(|| views::compare::pick(&facts, range)).flatten());

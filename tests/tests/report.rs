@@ -337,7 +337,8 @@ fn the_same_question_gets_the_same_answer_from_either_tier() {
     let aggregates = report_json(&s, &args, "aggregates.log");
     assert!(tiers(&aggregates).iter().filter(|(d, _)| *d >= from).all(|(_, tier)| tier == "aggregates"), "{:?}", tiers(&aggregates));
     // The aggregates keep no prompts: waste counts the hot days only (and says so).
-    assert_same_tables(&hot, &aggregates, &["waste", "waste_prompts", "waste_outputs", "spike_callers"]);
+    // Nor request types or callers: those tables count the hot days only.
+    assert_same_tables(&hot, &aggregates, &["waste", "waste_prompts", "waste_outputs", "spike_callers", "compare_request_types"]);
     assert!(rows(&hot, "waste").iter().any(|r| f(&r["requests"]) > 0.0), "the hot days' waste: {hot}");
     let notes = aggregates["notes"].as_array().expect("notes");
     assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("waste:") && n.contains(&to))), "{notes:?}");
@@ -563,6 +564,30 @@ fn compare_marks_the_version_slower_on_long_inputs_and_compares_its_shadow_pairs
             entry.2.extend(e.ttft_ms);
         }
     }
+    // Per request type: the hot days only (the aggregates keep no request type).
+    let mut by_type: BTreeMap<String, [Side; 2]> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.model_name == MODEL && day_of(e) >= t - 2) {
+        let Some(side) = [A, B].iter().position(|v| *v == e.model_version) else { continue };
+        let entry = &mut by_type.entry(e.request_type.clone().unwrap_or_else(|| "-".into())).or_default()[side];
+        entry.0 += 1;
+        entry.1 += u64::from(e.error_code != 0);
+        entry.2.extend(e.ttft_ms);
+    }
+    let types = rows(&doc, "compare_request_types");
+    assert_eq!(types.len(), by_type.len(), "{types:?}");
+    for row in types {
+        let name = row["request_type"].as_str().unwrap_or("");
+        let sides = by_type.get_mut(name).unwrap_or_else(|| panic!("unexpected request type {name}"));
+        for (i, suffix) in ["a", "b"].iter().enumerate() {
+            let (n, errors, ttft) = &mut sides[i];
+            assert_eq!(row[format!("requests_{suffix}")], *n, "{name} requests {suffix}");
+            close(f(&row[format!("error_share_{suffix}")]), *errors as f64 / *n as f64, &format!("{name} errors {suffix}"));
+            within_1pct(f(&row[format!("ttft_p99_ms_{suffix}")]), exact(ttft, 0.99), &format!("{name} TTFT p99 {suffix}"));
+        }
+    }
+    let notes = doc["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("by request type: the 2 of the range's 6 days"))), "{notes:?}");
+
     let table = rows(&doc, "compare");
     assert_eq!(table.len(), by_row.len(), "one row per input x output bucket both versions served, plus the totals");
     for row in table {

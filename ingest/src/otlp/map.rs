@@ -223,13 +223,14 @@ mod tests {
         let want = serde_json::json!({
             "request_id": "cmpl-42", "model_name": "llama-3-8b", "model_version": "2026-11-30", "business_line": "search",
             "input_tokens": 812, "output_tokens": 97, "total_latency_s": 2.4, "queue_wait_s": 0.012, "ttft_s": 0.25,
-            "prefill_time_s": 0.2, "decode_time_s": 2.1, "timestamp": 1_796_119_200_000u64, "error_code": 0
+            "prefill_time_s": 0.2, "decode_time_s": 2.1, "timestamp": 1_796_119_200_000u64, "error_code": 0, "max_tokens": 256
         });
         assert_eq!(Value::Object(e.clone()), want);
         let contract = Contract::new(&ContractConfig::default()).expect("contract");
         let hasher = inferlog_schema::UserIdHasher::new(b"otlp-map-test-key-0123456789abcdef", None, "t").expect("key");
         let n = contract.normalize(&serde_json::to_vec(&e).expect("bytes"), None, &hasher).expect("valid");
         assert_eq!((n.event.total_latency_ms, n.event.ttft_ms, n.event.decode_time_ms), (2400.0, Some(250.0), Some(2100.0)));
+        assert_eq!(n.event.max_tokens, Some(256), "vLLM's output limit");
         assert_eq!(n.event.timestamp_ms, 1_796_119_200_000);
     }
 

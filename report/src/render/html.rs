@@ -234,6 +234,9 @@ pub fn page(doc: &Document, generated: &str) -> String {
         ));
         body.push_str("</div>");
         body.push_str(&html_table(compare, 60));
+        if let Some(types) = doc.table("compare_request_types").filter(|t| !t.rows.is_empty()) {
+            body.push_str(&html_table(types, 30));
+        }
         body.push_str(&html_table(table("compare_errors"), 30));
         if let Some(pairs) = doc.table("compare_pairs") {
             body.push_str(&html_table(pairs, 10));

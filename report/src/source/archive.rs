@@ -27,7 +27,7 @@ use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use crate::error::ReportError;
 use crate::facts::{Facts, Tier};
 use crate::source::hot::add_day;
-use crate::source::Filter;
+use crate::source::{Filter, Reads};
 
 /// What one archived day held.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -43,20 +43,26 @@ impl DayRead {
     }
 }
 
-/// Reads `days` from the archive; their waste too when `waste` (a sampled
-/// day's is marked so and not used).
+/// Reads `days` from the archive, with their waste (a sampled day's is
+/// marked so and not used) and request types when `reads` asks.
 pub async fn load(
     cold: &ColdStore,
     catalog: &Catalog,
     days: &[Day],
     filter: &Filter,
-    waste: bool,
+    reads: Reads,
     prices: &PriceTable,
     dictionary: &ErrorDictionary,
 ) -> Result<Facts, ReportError> {
     let mut facts = Facts::default();
     for &day in days {
-        let mut fold = if waste { DayFold::counting_users().counting_waste() } else { DayFold::counting_users() };
+        let mut fold = DayFold::counting_users();
+        if reads.waste {
+            fold = fold.counting_waste();
+        }
+        if reads.types {
+            fold = fold.counting_types();
+        }
         let mut read = DayRead::default();
         for entry in catalog.manifest(Some(day)).await? {
             let bad = |e: String| ReportError::Data(format!("archive object {}: {e}", entry.object_key));

@@ -13,7 +13,7 @@ use inferlog_store::model::stored::FoldRow;
 use inferlog_store::Day;
 
 use crate::error::ReportError;
-use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Pairs, Tier, UserFacts};
+use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Pairs, Tier, TypeKey, UserFacts};
 use crate::source::{Filter, Reads};
 
 /// The query streaming one day's rows; `?` binds the day, then the filter's values.
@@ -127,6 +127,9 @@ pub async fn load(
         if reads.callers {
             fold = fold.counting_callers();
         }
+        if reads.types {
+            fold = fold.counting_types();
+        }
         let mut cursor = query.fetch::<FoldRow<'_>>().map_err(hot.error("report rows"))?;
         while let Some(row) = cursor.next().await.map_err(hot.error("report rows"))? {
             fold.add(&row);
@@ -139,7 +142,7 @@ pub async fn load(
 
 /// Adds one day's fold to `facts`: groups and hours priced from their
 /// token sums (per group and per hour, as the compactor prices them), error
-/// counts named by the dictionary, users, waste, callers.
+/// counts named by the dictionary, users, waste, callers, request types.
 pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable, dictionary: &ErrorDictionary) {
     for ((business_line, model_name, model_version, input, output), group) in folded.daily {
         let mut counts = Counts::from(group.totals);
@@ -183,6 +186,10 @@ pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable,
     }
     for ((line, caller), load) in folded.callers.unwrap_or_default() {
         facts.callers.insert((day, line, caller), load);
+    }
+    for t in folded.types.unwrap_or_default() {
+        let key = TypeKey { day, model_name: t.model_name, model_version: t.model_version, request_type: t.request_type };
+        facts.types.insert(key, GroupFacts { counts: Counts::from(t.group.totals), hists: t.group.histograms });
     }
 }
 

@@ -58,6 +58,8 @@ pub struct Reads {
     pub waste: bool,
     /// Each hashed caller's load per hour, on hot days.
     pub callers: bool,
+    /// Each model × version × request type of the days read from rows.
+    pub types: bool,
 }
 
 /// Whether the hot tier answers `day`: it holds the day's partition and
@@ -131,7 +133,7 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, reads: Reads) 
     // An archive that does not answer leaves its days missing, said so; the other tiers still answer.
     let from_archive = async {
         let Some(cold) = &stores.cold else { return Ok(Facts::default()) };
-        match archive::load(cold, &stores.catalog, &archive_days, filter, reads.waste, &stores.prices, &stores.dictionary).await {
+        match archive::load(cold, &stores.catalog, &archive_days, filter, reads, &stores.prices, &stores.dictionary).await {
             Err(ReportError::Store(e)) if e.class() == inferlog_schema::ErrorClass::Retry => {
                 tracing::warn!(error = %e, "the archive is unreachable; the days only it holds are reported missing");
                 let days: Vec<String> = archive_days.iter().map(|d| inferlog_store::day_string(*d)).collect();

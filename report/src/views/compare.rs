@@ -178,34 +178,70 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
             (Some(i), Some(_)) => rows.get(&(Some(*i), None)).map(|r| r.2[s].counts.requests),
             (Some(_), None) => rows.get(&(None, None)).map(|r| r.2[s].counts.requests),
         };
-        let [a, b] = sides;
-        let mut row = vec![
-            Cell::text(input_name.clone()),
-            Cell::text(output_name.clone()),
-            Cell::count(a.counts.requests),
-            Cell::count(b.counts.requests),
-            Cell::num(whole(0).and_then(|w| share(a.counts.requests, w)), Kind::Share),
-            Cell::num(whole(1).and_then(|w| share(b.counts.requests, w)), Kind::Share),
-            Cell::num(share(a.counts.errors, a.counts.requests), Kind::Share),
-            Cell::num(share(b.counts.errors, b.counts.requests), Kind::Share),
-            Cell::text(share_mark(a.counts.errors, a.counts.requests, b.counts.errors, b.counts.requests)),
-        ];
-        for m in [TTFT, TPOT, TOTAL] {
-            for q in [0.5, 0.95, 0.99] {
-                row.extend([Cell::num(a.quantile(m, q), Kind::Ms), Cell::num(b.quantile(m, q), Kind::Ms)]);
-            }
-            row.push(Cell::text(latency_mark(a.hists[m].as_ref(), b.hists[m].as_ref())));
-        }
+        let mut row = vec![Cell::text(input_name.clone()), Cell::text(output_name.clone())];
+        row.extend(side_by_side(sides, [0, 1].map(|s| whole(s).and_then(|w| share(sides[s].counts.requests, w)))));
         table.push(row);
     }
 
-    let mut tables = vec![table, errors(facts, ctx, &v, &rows)];
+    let mut tables = vec![table];
+    tables.push(request_types(facts, ctx, &v, notes));
+    tables.push(errors(facts, ctx, &v, &rows));
     match &facts.pairs {
         Some(p) if p.pairs > 0 => tables.push(pairs(p)),
         Some(p) => notes.push(format!("no request was served by both versions on the {} hot day(s): no pairs to compare", p.days)),
         None => notes.push("pairs (one request served by both versions) are kept on hot days only, and none is in the range".into()),
     }
     tables
+}
+
+/// One row's cells from its requests on: A's and B's requests and
+/// `shares`, error shares and their mark, then per latency the quantiles and the mark.
+fn side_by_side(sides: &[Summary; 2], shares: [Option<f64>; 2]) -> Vec<Cell> {
+    let [a, b] = sides;
+    let mut row = vec![
+        Cell::count(a.counts.requests),
+        Cell::count(b.counts.requests),
+        Cell::num(shares[0], Kind::Share),
+        Cell::num(shares[1], Kind::Share),
+        Cell::num(share(a.counts.errors, a.counts.requests), Kind::Share),
+        Cell::num(share(b.counts.errors, b.counts.requests), Kind::Share),
+        Cell::text(share_mark(a.counts.errors, a.counts.requests, b.counts.errors, b.counts.requests)),
+    ];
+    for m in [TTFT, TPOT, TOTAL] {
+        for q in [0.5, 0.95, 0.99] {
+            row.extend([Cell::num(a.quantile(m, q), Kind::Ms), Cell::num(b.quantile(m, q), Kind::Ms)]);
+        }
+        row.push(Cell::text(latency_mark(a.hists[m].as_ref(), b.hists[m].as_ref())));
+    }
+    row
+}
+
+/// The versions side by side per request type, over the days read from
+/// rows (hot, archive): the aggregates keep no request type (no rows
+/// when no such day holds the model).
+fn request_types(facts: &Facts, ctx: &Context, v: &Versions, notes: &mut Vec<String>) -> Table {
+    let mut by_type: BTreeMap<&str, [Summary; 2]> = BTreeMap::new();
+    let mut days = std::collections::BTreeSet::new();
+    for (k, g) in facts.types.iter().filter(|(k, _)| ctx.range.contains(k.day) && v.covers(&k.model_name)) {
+        let Some(s) = v.side(&k.model_version) else { continue };
+        by_type.entry(&k.request_type).or_default()[s].add(g);
+        days.insert(k.day);
+    }
+    notes.push(format!(
+        "by request type: the {} of the range's {} days read from rows (hot, archive); the aggregates keep no request type",
+        days.len(),
+        ctx.range.days()
+    ));
+    let totals = [0, 1].map(|s| by_type.values().map(|sides| sides[s].counts.requests).sum::<u64>());
+    let mut columns = vec![("request_type", "request type")];
+    columns.extend_from_slice(&COLUMNS[2..]);
+    let mut table = Table::new("compare_request_types", "by request type (days read from rows)", &columns);
+    for (name, sides) in &by_type {
+        let mut row = vec![Cell::text(*name)];
+        row.extend(side_by_side(sides, [0, 1].map(|s| share(sides[s].counts.requests, totals[s]))));
+        table.push(row);
+    }
+    table
 }
 
 /// Error shares by code: all inputs, then per input bucket.

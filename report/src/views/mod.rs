@@ -106,6 +106,11 @@ impl View {
         matches!(self, View::Capacity { .. } | View::Spikes { .. } | View::Page)
     }
 
+    /// Whether the view shows request types (the days read from rows count them).
+    pub fn shows_types(self) -> bool {
+        matches!(self, View::Compare | View::Page)
+    }
+
     /// Whether the view shows each hashed caller's hours (hot days).
     pub fn shows_callers(self) -> bool {
         matches!(self, View::Spikes { .. } | View::Page)

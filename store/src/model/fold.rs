@@ -126,6 +126,18 @@ pub struct Group {
     pub histograms: Histograms<COUNT>,
 }
 
+/// A day's requests of one model × version × request type (the request
+/// type `-` when a row names none): its totals and histograms. The
+/// aggregates keep no request type: the report's `compare` reads these
+/// from the days it folds rows of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeGroup {
+    pub model_name: String,
+    pub model_version: String,
+    pub request_type: String,
+    pub group: Group,
+}
+
 /// One hashed user's use of a day.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UserUse {
@@ -150,6 +162,8 @@ pub struct Folded {
     pub waste: Option<Waste>,
     /// Each line's hashed callers' load per hour (only when the fold counts callers).
     pub callers: Option<Callers>,
+    /// Per model × version × request type, in that order (only when the fold counts request types).
+    pub types: Option<Vec<TypeGroup>>,
 }
 
 /// An hour being counted.
@@ -194,6 +208,10 @@ pub struct DayFold {
     waste: Option<WasteFold>,
     /// `Some` when the fold counts callers.
     callers: Option<CallerFold>,
+    /// `Some` when the fold counts request types; a handful per day.
+    types: Option<Vec<TypeGroup>>,
+    /// The index in `types` of the previous row's.
+    last_type: usize,
 }
 
 impl DayFold {
@@ -216,6 +234,32 @@ impl DayFold {
     pub fn counting_callers(mut self) -> DayFold {
         self.callers = Some(CallerFold::default());
         self
+    }
+
+    /// This fold, also counting each model × version × request type's
+    /// totals and histograms ([`TypeGroup`]: the report's `compare`).
+    pub fn counting_types(mut self) -> DayFold {
+        self.types = Some(Vec::new());
+        self
+    }
+
+    /// The request-type group of `row`, when the fold counts them.
+    fn type_group<'t>(types: &'t mut Option<Vec<TypeGroup>>, last: &mut usize, row: &FoldRow<'_>) -> Option<&'t mut Group> {
+        let types = types.as_mut()?;
+        let request_type = row.request_type.filter(|t| !t.is_empty()).unwrap_or(crate::model::waste::NO_TYPE);
+        let same = |t: &TypeGroup| t.request_type == request_type && t.model_name == row.model_name && t.model_version == row.model_version;
+        if !types.get(*last).is_some_and(same) {
+            *last = types.iter().position(same).unwrap_or_else(|| {
+                types.push(TypeGroup {
+                    model_name: row.model_name.to_owned(),
+                    model_version: row.model_version.to_owned(),
+                    request_type: request_type.to_owned(),
+                    group: Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) },
+                });
+                types.len() - 1
+            });
+        }
+        types.get_mut(*last).map(|t| &mut t.group)
     }
 
     fn series_of(&mut self, row: &FoldRow<'_>) -> usize {
@@ -295,14 +339,26 @@ impl DayFold {
         totals.output_tokens += output;
         totals.cache_hits += w * u64::from(row.cache_hit == Some(1));
         totals.cache_prefix_tokens += cached;
+        let mut typed = DayFold::type_group(&mut self.types, &mut self.last_type, row);
+        if let Some(t) = typed.as_deref_mut() {
+            t.totals.requests += w;
+            t.totals.errors += errors;
+            t.totals.input_tokens += input;
+            t.totals.output_tokens += output;
+            t.totals.cache_hits += w * u64::from(row.cache_hit == Some(1));
+            t.totals.cache_prefix_tokens += cached;
+        }
 
         for (m, value) in measures::of_row(row).into_iter().enumerate() {
             let Some(v) = value else { continue };
-            // Each value's bucket once; a duration counts in both histograms.
+            // Each value's bucket once; a duration counts in every histogram it belongs to.
             let bucket = (v > 0.0).then(|| histogram::bucket(v));
             daily.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, w);
             if let Some(h) = hour.histograms.get_mut(m) {
                 h.get_or_insert_with(Histogram::new).add_bucket(bucket, w);
+            }
+            if let Some(t) = typed.as_deref_mut() {
+                t.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, w);
             }
         }
 
@@ -334,6 +390,10 @@ impl DayFold {
             users: self.users.unwrap_or_default(),
             waste: self.waste.map(WasteFold::finish),
             callers: self.callers.map(CallerFold::finish),
+            types: self.types.map(|mut types| {
+                types.sort_by(|a, b| (&a.model_name, &a.model_version, &a.request_type).cmp(&(&b.model_name, &b.model_version, &b.request_type)));
+                types
+            }),
             ..Folded::default()
         };
         for s in self.series {
@@ -505,12 +565,13 @@ mod tests {
                 r.total_latency_ms = rng.gen_range(0.0..600_000.0);
                 r.ttft_ms = rng.gen_bool(0.8).then(|| rng.gen_range(0.0..5_000.0));
                 r.gpu_mem_peak_mb = rng.gen_bool(0.5).then(|| rng.gen_range(1.0..80_000.0));
+                r.request_type = [None, Some(""), Some("chat"), Some("code")][rng.gen_range(0..4)];
                 r
             })
             .collect();
         rows.sort_by_key(|r| (r.business_line, r.timestamp_ms));
         let fold = |rows: &[StoredRow<'_>]| {
-            let mut fold = DayFold::default();
+            let mut fold = DayFold::default().counting_types();
             rows.iter().for_each(|r| fold.add(&r.fold_row()));
             fold.finish()
         };
@@ -520,6 +581,14 @@ mod tests {
         assert_eq!(in_key_order.hours.iter().map(|h| h.row.requests).sum::<u64>(), 2_000);
         assert_eq!(in_key_order.daily.values().map(|g| g.totals.requests).sum::<u64>(), 2_000);
         assert_eq!(in_key_order.daily.values().map(|g| g.histograms[0].as_ref().map_or(0, Histogram::count)).sum::<u64>(), 2_000);
+        let types = in_key_order.types.as_ref().expect("types counted");
+        assert_eq!(types.iter().map(|t| t.group.totals.requests).sum::<u64>(), 2_000, "every row in one request type");
+        let errors: u64 = in_key_order.daily.values().map(|g| g.totals.errors).sum();
+        assert_eq!(types.iter().map(|t| t.group.totals.errors).sum::<u64>(), errors);
+        for m in 0..COUNT {
+            let by_group: u64 = in_key_order.daily.values().map(|g| g.histograms[m].as_ref().map_or(0, Histogram::count)).sum();
+            assert_eq!(types.iter().map(|t| t.group.histograms[m].as_ref().map_or(0, Histogram::count)).sum::<u64>(), by_group, "measure {m}");
+        }
 
         // A row of weight w folds as w copies of it, users included.
         let mut weighted = DayFold::counting_users();
