@@ -20,7 +20,6 @@ use inferlog_store::catalog::Catalog;
 use inferlog_store::cold::ColdStore;
 use inferlog_store::cost::PriceTable;
 use inferlog_store::model::archive::{fold_rows, in_current_schema};
-use inferlog_store::model::fold::DayFold;
 use inferlog_store::Day;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 
@@ -56,13 +55,7 @@ pub async fn load(
 ) -> Result<Facts, ReportError> {
     let mut facts = Facts::default();
     for &day in days {
-        let mut fold = DayFold::counting_users();
-        if reads.waste {
-            fold = fold.counting_waste();
-        }
-        if reads.types {
-            fold = fold.counting_types();
-        }
+        let mut fold = reads.fold();
         let mut read = DayRead::default();
         for entry in catalog.manifest(Some(day)).await? {
             let bad = |e: String| ReportError::Data(format!("archive object {}: {e}", entry.object_key));

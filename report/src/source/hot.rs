@@ -7,7 +7,7 @@
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_store::cost::PriceTable;
 use inferlog_store::hot::HotTier;
-use inferlog_store::model::fold::{DayFold, Folded};
+use inferlog_store::model::fold::Folded;
 use inferlog_store::model::measures::DURATIONS;
 use inferlog_store::model::stored::FoldRow;
 use inferlog_store::Day;
@@ -120,15 +120,9 @@ pub async fn load(
         if let Some(model) = &filter.model {
             query = query.bind(model);
         }
-        let mut fold = DayFold::counting_users();
-        if reads.waste {
-            fold = fold.counting_waste();
-        }
+        let mut fold = reads.fold();
         if reads.callers {
             fold = fold.counting_callers();
-        }
-        if reads.types {
-            fold = fold.counting_types();
         }
         let mut cursor = query.fetch::<FoldRow<'_>>().map_err(hot.error("report rows"))?;
         while let Some(row) = cursor.next().await.map_err(hot.error("report rows"))? {
@@ -197,6 +191,7 @@ pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable,
 mod tests {
     use inferlog_schema::histogram::Histogram;
     use inferlog_store::cost::CostConfig;
+    use inferlog_store::model::fold::DayFold;
 
     use super::*;
 

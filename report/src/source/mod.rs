@@ -62,6 +62,21 @@ pub struct Reads {
     pub types: bool,
 }
 
+impl Reads {
+    /// The fold of a day read from rows: users always, waste and request
+    /// types when asked (callers are the hot tier's, added by its reader).
+    pub fn fold(self) -> inferlog_store::model::fold::DayFold {
+        let mut fold = inferlog_store::model::fold::DayFold::counting_users();
+        if self.waste {
+            fold = fold.counting_waste();
+        }
+        if self.types {
+            fold = fold.counting_types();
+        }
+        fold
+    }
+}
+
 /// Whether the hot tier answers `day`: it holds the day's partition and
 /// the day is not released (a released day's hot rows are late ones,
 /// waiting to be archived as a supplement, never the day).
