@@ -146,7 +146,7 @@ impl DayWork {
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
             let rule = self.sampling_rule(day).await?;
-            let (objects, fold, sampled) = self.archiver.archive_day(day, mode, DayFold::default(), rule.as_ref()).await?;
+            let (objects, fold, sampled) = self.archiver.archive_day(day, mode, DayFold::default().counting_waste(), rule.as_ref()).await?;
             if let Some(sampled) = &sampled {
                 expected = Expected::sampled(&sampled.kept, fp.rows);
                 for (line, reason, rows, represented) in sampled.summary.entries() {
@@ -216,9 +216,9 @@ impl DayWork {
             // A day archived by an earlier run is read again for its counts.
             let fold = match folded {
                 Some(fold) => fold,
-                None => self.archiver.fold_day(day, mode, DayFold::default()).await?,
+                None => self.archiver.fold_day(day, mode, DayFold::default().counting_waste()).await?,
             };
-            let Folded { rows, daily, hours, errors, .. } = fold.finish();
+            let Folded { rows, daily, hours, errors, waste, .. } = fold.finish();
             let groups = async {
                 let groups = aggregate::compute(&self.hot, day, mode, rows, daily).await?;
                 let now = self.hot.fingerprint(day, mode).await?;
@@ -231,7 +231,8 @@ impl DayWork {
                 }
                 Ok(groups)
             };
-            let published = publish::publish(&self.catalog, &self.dictionary, &self.prices, day, &hours, &errors, groups).await?;
+            let counts = publish::DayCounts { hours: &hours, errors: &errors, waste: waste.as_ref() };
+            let published = publish::publish(&self.catalog, &self.dictionary, &self.prices, day, counts, groups).await?;
             metrics::day_published(&self.metrics, &name, &published);
             metrics::stage_finished(&self.metrics, &name, "aggregate", fp.rows, started.elapsed());
             self.record(day, DayState::Aggregated, &fp, verified.0, verified.1).await?;

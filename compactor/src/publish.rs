@@ -1,7 +1,8 @@
-//! Publish stage. In: one day's hours and error counts (from
+//! Publish stage. In: one day's hours, error counts and waste (from
 //! [`inferlog_store::model::fold`]), its groups once [`crate::aggregate`] has them, and the
-//! price table. Out: the day's rows of `daily_aggregates`,
-//! `hourly_aggregates` and `daily_errors` in Postgres, each priced,
+//! price table. Out: the day's rows of `daily_aggregates` (and their
+//! rollup, `daily_series`), `hourly_aggregates`, `daily_errors`,
+//! `daily_waste` and `daily_outputs` in Postgres, each priced,
 //! replaced in one transaction (a re-run gives the same rows and never adds
 //! to them), and a `cost_audit` row when requests of the day had no price.
 //! The hours and errors are written while the groups are still computed.
@@ -14,9 +15,12 @@ use inferlog_schema::config::ErrorDictionary;
 use inferlog_schema::histogram::Histogram;
 use inferlog_store::catalog::{date_of, insert_cost_audit, Catalog, CostAuditEntry};
 use inferlog_store::cost::{PriceTable, Usage};
-use inferlog_store::model::aggregates::{daily_columns, hourly_columns, ERROR_COLUMNS};
+use inferlog_store::model::aggregates::{
+    daily_columns, hourly_columns, series_rollup, AGGREGATE_TABLES, ERROR_COLUMNS, OUTPUT_COLUMNS, WASTE_COLUMNS,
+};
 use inferlog_store::model::fold::{ErrorRow, Hour};
 use inferlog_store::model::measures::LEVELS;
+use inferlog_store::model::waste::Waste;
 use inferlog_store::{Day, StoreError};
 
 use crate::aggregate::Group;
@@ -43,16 +47,26 @@ fn instant(units: u64, seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(units as i64 * seconds, 0).unwrap_or_default()
 }
 
-/// Replaces the day's aggregate rows in Postgres with `aggregates`, priced by `prices`, atomically.
+/// What the fold counted of a day besides its groups.
+#[derive(Debug, Clone, Copy)]
+pub struct DayCounts<'a> {
+    pub hours: &'a [Hour],
+    pub errors: &'a [ErrorRow],
+    /// `None`: not counted (nothing is written to the waste tables).
+    pub waste: Option<&'a Waste>,
+}
+
+/// Replaces the day's aggregate rows in Postgres with `counts` and
+/// `groups`, priced by `prices`, atomically.
 pub async fn publish(
     catalog: &Catalog,
     dictionary: &ErrorDictionary,
     prices: &PriceTable,
     day: Day,
-    hours: &[Hour],
-    errors: &[ErrorRow],
+    counts: DayCounts<'_>,
     groups: impl Future<Output = Result<Vec<Group>, CompactorError>>,
 ) -> Result<Published, CompactorError> {
+    let DayCounts { hours, errors, waste } = counts;
     let pg = StoreError::postgres;
     let mut tx = catalog.pool().begin().await.map_err(pg("begin"))?;
     let date = date_of(day);
@@ -67,7 +81,7 @@ pub async fn publish(
     .into_iter()
     .map(|(model, n)| (model, n as u64))
     .collect();
-    for table in ["daily_aggregates", "hourly_aggregates", "daily_errors"] {
+    for table in AGGREGATE_TABLES {
         sqlx::query(&format!("DELETE FROM {table} WHERE day = $1")).bind(date).execute(&mut *tx).await.map_err(pg("replace aggregates"))?;
     }
     let mut published = Published::default();
@@ -118,6 +132,37 @@ pub async fn publish(
             });
             insert.build().execute(&mut *tx).await.map_err(pg("insert error counts"))?;
         }
+
+        // A sampled fold's waste is not the day's (the compactor folds every row, so it never is).
+        if let Some(waste) = waste.filter(|w| !w.sampled) {
+            let lines: Vec<_> = waste.lines.iter().collect();
+            for chunk in lines.chunks(INSERT_ROWS) {
+                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO daily_waste ({}) ", WASTE_COLUMNS.join(", ")));
+                insert.push_values(chunk, |mut q, (line, l)| {
+                    q.push_bind(date).push_bind(line.as_str());
+                    for n in [l.requests, l.tokens, l.input_tokens, l.hashed, l.repeats, l.repeat_tokens, l.repeat_uncached_input] {
+                        q.push_bind(n as i64);
+                    }
+                });
+                insert.build().execute(&mut *tx).await.map_err(pg("insert waste"))?;
+            }
+            let types: Vec<_> = waste.types.iter().collect();
+            for chunk in types.chunks(INSERT_ROWS) {
+                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO daily_outputs ({}) ", OUTPUT_COLUMNS.join(", ")));
+                insert.push_values(chunk, |mut q, ((line, request_type), t)| {
+                    q.push_bind(date)
+                        .push_bind(line.as_str())
+                        .push_bind(request_type.as_str())
+                        .push_bind(t.requests as i64)
+                        .push_bind(t.output_tokens as i64)
+                        .push_bind(t.outputs.encode())
+                        .push_bind(t.limited as i64)
+                        .push_bind(t.at_limit as i64)
+                        .push_bind(t.at_limit_tokens as i64);
+                });
+                insert.build().execute(&mut *tx).await.map_err(pg("insert output lengths"))?;
+            }
+        }
         Ok::<(), CompactorError>(())
     };
     let (groups, written) = tokio::join!(groups, hours_and_errors);
@@ -164,6 +209,7 @@ pub async fn publish(
         });
         insert.build().execute(&mut *tx).await.map_err(pg("insert aggregates"))?;
     }
+    sqlx::query(&series_rollup()).bind(date).execute(&mut *tx).await.map_err(pg("roll the groups up into series"))?;
 
     published.newly_unpriced = newly_unpriced(&before, &published.unpriced);
     let unpriced: u64 = published.unpriced.values().sum();

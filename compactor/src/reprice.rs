@@ -1,7 +1,8 @@
 //! `inferlog-compactor reprice`: a price correction applied to past days.
 //! In: a range of days and the price table of the config. Out: `cost_usd`
 //! of every `daily_aggregates` and `hourly_aggregates` row of those days
-//! recomputed from the stored token sums, one transaction and one
+//! recomputed from the stored token sums (and the day's `daily_series`
+//! rolled up again from its groups), one transaction and one
 //! `cost_audit` row per day (cost before and after, rows changed,
 //! requests still unpriced, the price table's digest).
 //!
@@ -13,6 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use inferlog_store::catalog::{date_of, insert_cost_audit, Catalog, CostAuditEntry};
 use inferlog_store::cost::{PriceTable, Usage};
+use inferlog_store::model::aggregates::series_rollup;
 use inferlog_store::retry::{backoff_for, Retryable};
 use inferlog_store::{Day, StoreError};
 use sqlx::Row as _;
@@ -149,6 +151,9 @@ async fn reprice_day(catalog: &Catalog, prices: &PriceTable, day: Day, dry_run: 
         .execute(&mut *tx)
         .await
         .map_err(pg("reprice daily aggregates"))?;
+        // The series sum their groups' cost: rolled up again.
+        sqlx::query("DELETE FROM daily_series WHERE day = $1").bind(date).execute(&mut *tx).await.map_err(pg("reprice series"))?;
+        sqlx::query(&series_rollup()).bind(date).execute(&mut *tx).await.map_err(pg("reprice series"))?;
     }
 
     let rows = sqlx::query(

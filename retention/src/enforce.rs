@@ -29,6 +29,7 @@
 
 use inferlog_store::catalog::{date_of, AuditEntry};
 use inferlog_store::kafka::KafkaConfig;
+use inferlog_store::model::aggregates::AGGREGATE_TABLES;
 use inferlog_store::release::{release_day, Release, ReleaseBy};
 use inferlog_store::{day_string, Day, Policy, RetentionConfig, StoreError};
 use serde::Serialize;
@@ -343,16 +344,11 @@ async fn prune_ledger(stores: &Stores, inventory: &Inventory, policies: &Retenti
 async fn delete_aggregates(stores: &Stores, day: Day, policies: &RetentionConfig, dry_run: bool) -> Result<u64, StoreError> {
     let pg = StoreError::postgres;
     let mut tx = stores.catalog.pool().begin().await.map_err(pg("begin"))?;
-    let count: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM daily_aggregates WHERE day = $1) + (SELECT count(*) FROM hourly_aggregates WHERE day = $1) \
-             + (SELECT count(*) FROM daily_errors WHERE day = $1)",
-    )
-    .bind(date_of(day))
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(pg("count aggregates"))?;
+    let count_rows = AGGREGATE_TABLES.map(|table| format!("(SELECT count(*) FROM {table} WHERE day = $1)")).join(" + ");
+    let count: i64 =
+        sqlx::query_scalar(&format!("SELECT {count_rows}")).bind(date_of(day)).fetch_one(&mut *tx).await.map_err(pg("count aggregates"))?;
     if !dry_run {
-        for table in ["daily_aggregates", "hourly_aggregates", "daily_errors"] {
+        for table in AGGREGATE_TABLES {
             sqlx::query(&format!("DELETE FROM {table} WHERE day = $1"))
                 .bind(date_of(day))
                 .execute(&mut *tx)

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use inferlog_store::catalog::{day_of, Catalog, DayRecord, ManifestEntry};
 use inferlog_store::cold::{ColdObject, ColdStore};
 use inferlog_store::hot::{HotPartition, HotTier, ReplicaPartitions};
+use inferlog_store::model::aggregates::AGGREGATE_TABLES;
 use inferlog_store::{Day, StoreError};
 use sqlx::Row;
 
@@ -39,7 +40,7 @@ pub struct Inventory {
     pub days: BTreeMap<Day, DayRecord>,
     pub manifest: Vec<ManifestEntry>,
     pub objects: Vec<ColdObject>,
-    /// Rows of `daily_aggregates`, `hourly_aggregates` and `daily_errors`, per day.
+    /// Rows of every aggregate table (`AGGREGATE_TABLES`), per day.
     pub aggregate_days: BTreeMap<Day, u64>,
     pub deletions: Vec<Deletion>,
     /// When the DLQ replay ledger's oldest stored entry was written (epoch ms); `None`: it holds none.
@@ -67,14 +68,11 @@ impl Stores {
 
 /// Days with aggregate rows, and how many rows each holds.
 pub async fn aggregate_days(catalog: &Catalog) -> Result<BTreeMap<Day, u64>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT day, sum(n)::bigint AS n FROM (SELECT day, count(*) AS n FROM daily_aggregates GROUP BY day \
-         UNION ALL SELECT day, count(*) FROM hourly_aggregates GROUP BY day \
-         UNION ALL SELECT day, count(*) FROM daily_errors GROUP BY day) t GROUP BY day ORDER BY day",
-    )
-    .fetch_all(catalog.pool())
-    .await
-    .map_err(StoreError::postgres("list aggregate days"))?;
+    let per_table = AGGREGATE_TABLES.map(|table| format!("SELECT day, count(*) AS n FROM {table} GROUP BY day")).join(" UNION ALL ");
+    let rows = sqlx::query(&format!("SELECT day, sum(n)::bigint AS n FROM ({per_table}) t GROUP BY day ORDER BY day"))
+        .fetch_all(catalog.pool())
+        .await
+        .map_err(StoreError::postgres("list aggregate days"))?;
     let mut days = BTreeMap::new();
     for r in rows {
         let day: chrono::NaiveDate = r.try_get("day").map_err(StoreError::postgres("decode aggregate days"))?;

@@ -234,6 +234,11 @@ impl TierScenario {
         state += &self.psql("SELECT object_key, day, rows, bytes, sha256, schema_version FROM cold_manifest ORDER BY object_key");
         state += "\n--aggregates\n";
         state += &self.psql("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*) FROM (SELECT * FROM daily_aggregates) s, LATERAL (SELECT (s.day, s.business_line, s.model_name, s.model_version, s.input_bucket, s.output_bucket, s.requests, s.errors, s.input_tokens, s.output_tokens, s.cache_hits, s.cache_prefix_tokens, s.total_latency_p50_ms, s.total_latency_p99_ms, s.ttft_p95_ms, s.decode_p99_ms, s.total_latency_hist, s.decode_hist) AS t) x");
+        state += "\n--series\n";
+        state += &self.psql("SELECT md5(string_agg(s::text, '|' ORDER BY s::text)), count(*) FROM daily_series s");
+        state += "\n--waste\n";
+        state += &self.psql("SELECT md5(string_agg(s::text, '|' ORDER BY s::text)), count(*) FROM daily_waste s");
+        state += &self.psql("SELECT md5(string_agg(s::text, '|' ORDER BY s::text)), count(*) FROM daily_outputs s");
         state += "\n--hourly\n";
         state += &self.psql("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)), count(*) FROM (SELECT * FROM hourly_aggregates) s, LATERAL (SELECT (s.hour, s.day, s.business_line, s.model_name, s.model_version, s.requests, s.errors, s.input_tokens, s.output_tokens, s.cache_prefix_tokens, s.cost_usd, s.peak_minute, s.peak_minute_requests, s.peak_minute_tokens, s.total_latency_hist, s.decode_hist) AS t) x");
         state += "\n--errors\n";

@@ -336,12 +336,14 @@ fn the_same_question_gets_the_same_answer_from_either_tier() {
     }
     let aggregates = report_json(&s, &args, "aggregates.log");
     assert!(tiers(&aggregates).iter().filter(|(d, _)| *d >= from).all(|(_, tier)| tier == "aggregates"), "{:?}", tiers(&aggregates));
-    // The aggregates keep no prompts: waste counts the hot days only (and says so).
+    // The aggregates keep waste per line and request type but no prompts:
+    // only the prompts' table counts the hot days alone (and says so).
     // Nor request types or callers: those tables count the hot days only.
-    assert_same_tables(&hot, &aggregates, &["waste", "waste_prompts", "waste_outputs", "spike_callers", "compare_request_types"]);
-    assert!(rows(&hot, "waste").iter().any(|r| f(&r["requests"]) > 0.0), "the hot days' waste: {hot}");
+    assert_same_tables(&hot, &aggregates, &["waste_prompts", "spike_callers", "compare_request_types"]);
+    assert!(rows(&hot, "waste").iter().any(|r| f(&r["repeats"]) > 0.0), "the hot days' waste: {hot}");
+    assert!(!rows(&aggregates, "waste_outputs").is_empty(), "{aggregates}");
     let notes = aggregates["notes"].as_array().expect("notes");
-    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("waste:") && n.contains(&to))), "{notes:?}");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("waste_prompts:") && n.contains(&to))), "{notes:?}");
     for view in ["latency", "cache", "capacity"] {
         let a = report_json(&s, &["--from", &from, "--to", &to, view], &format!("{view}-agg.log"));
         assert!(!rows(&a, a["tables"].as_object().expect("tables").keys().next().expect("a table")).is_empty(), "{view}: {a}");
@@ -682,8 +684,9 @@ fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
 /// prompts are unique, a fifth carry none; 30% of requests set
 /// `max_tokens` 256 and longer answers are cut there; 2% of `summarize`
 /// answers run 20 times long. `waste` over a released day and the two hot
-/// days must count the hot days only (and say so), with every figure
-/// computed here again from the events.
+/// days must count all three (the released one from what the aggregates
+/// kept, its prompts unlisted, and say so), with every figure computed
+/// here again from the events.
 #[test]
 fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
     let (s, events, t) = scenario_with("report_waste", 16_000, 6, 83, |events, _| {
@@ -710,34 +713,40 @@ fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
     let (from, to) = (day_string(t - 3), day_string(t - 1));
     let doc = report_json(&s, &["--from", &from, "--to", &to, "waste", "--top", "5"], "waste.log");
     let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
-    assert!(notes.iter().any(|n| n.contains("aggregates") && n.contains(&from)), "the released day is named: {notes:?}");
+    // The released day counts from what the aggregates kept of it; only its prompts are not listed.
+    assert!(notes.iter().any(|n| n.starts_with("waste_prompts:") && n.contains(&from)), "the released day's prompts: {notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("not counted")), "every day counted: {notes:?}");
 
     let hot: Vec<&InferenceEvent> = events.iter().filter(|e| day_of(e) >= t - 2).collect();
+    let range: Vec<&InferenceEvent> = events.iter().filter(|e| (t - 3..=t - 1).contains(&day_of(e))).collect();
     let uncached = |e: &InferenceEvent| u64::from(e.input_tokens - e.cache_prefix_tokens.unwrap_or(0).min(e.input_tokens));
     let tokens = |e: &InferenceEvent| u64::from(e.input_tokens) + u64::from(e.output_tokens);
     // Per line, day and prompt: its requests, the earliest first.
     let mut prompts: BTreeMap<(&str, i32, &str), Vec<&InferenceEvent>> = BTreeMap::new();
-    for e in &hot {
+    for e in &range {
         if let Some(p) = &e.prompt_hash {
             prompts.entry((e.business_line.as_str(), day_of(e), p.as_str())).or_default().push(e);
         }
     }
     // (requests, hashed, repeats, repeat tokens, cache-saved prefill, input tokens)
     let mut lines: BTreeMap<&str, [u64; 6]> = BTreeMap::new();
-    for e in &hot {
+    for e in &range {
         let l = lines.entry(e.business_line.as_str()).or_default();
         l[0] += 1;
         l[1] += u64::from(e.prompt_hash.is_some());
         l[5] += u64::from(e.input_tokens);
     }
     let mut by_prompt: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
-    for ((line, _, prompt), requests) in prompts.iter_mut() {
+    for ((line, day, prompt), requests) in prompts.iter_mut() {
         requests.sort_by_key(|e| (e.timestamp_ms, tokens(e), uncached(e)));
         let repeats = &requests[1..];
         let l = lines.get_mut(line).expect("line");
         l[2] += repeats.len() as u64;
         l[3] += repeats.iter().map(|e| tokens(e)).sum::<u64>();
         l[4] += repeats.iter().map(|e| uncached(e)).sum::<u64>();
+        if *day < t - 2 {
+            continue; // the aggregates keep no prompts
+        }
         let p = by_prompt.entry((line, prompt)).or_default();
         p.0 += repeats.len() as u64;
         p.1 += repeats.iter().map(|e| tokens(e)).sum::<u64>();
@@ -766,7 +775,7 @@ fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
 
     // Output lengths per request type: p50, long outputs, answers cut at max_tokens.
     let mut types: BTreeMap<&str, Vec<&InferenceEvent>> = BTreeMap::new();
-    for e in &hot {
+    for e in &range {
         types.entry(e.request_type.as_deref().unwrap_or("-")).or_default().push(e);
     }
     let outputs = rows(&doc, "waste_outputs");
@@ -791,6 +800,21 @@ fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
     }
     let summarize = outputs.iter().find(|r| r["request_type"] == "summarize").expect("summarize");
     assert!(f(&summarize["long_share"]) > 0.01, "the planted long answers: {summarize}");
+
+    // Waste is kept per business line: with --model the released day is named, not counted.
+    let model = hot[0].model_name.clone();
+    let doc = report_json(&s, &["--from", &from, "--to", &to, "--model", &model, "waste"], "waste-model.log");
+    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    assert!(notes.iter().any(|n| n.contains(&from) && n.contains("not per model") && n.ends_with("not counted")), "{notes:?}");
+    let requests: f64 = rows(&doc, "waste").iter().filter(|r| r["business_line"] != "all").map(|r| f(&r["requests"])).sum();
+    assert_eq!(requests as usize, hot.iter().filter(|e| e.model_name == model).count(), "the hot days' requests of the model");
+    // A day aggregated before waste was kept: named, not counted.
+    s.psql(&format!("DELETE FROM daily_waste WHERE day = '{from}'; DELETE FROM daily_outputs WHERE day = '{from}'"));
+    let doc = report_json(&s, &["--from", &from, "--to", &to, "waste"], "waste-before.log");
+    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    assert!(notes.iter().any(|n| n.contains(&from) && n.contains("before their waste was kept")), "{notes:?}");
+    let requests: f64 = rows(&doc, "waste").iter().filter(|r| r["business_line"] != "all").map(|r| f(&r["requests"])).sum();
+    assert_eq!(requests as usize, hot.len(), "the hot days' requests");
 }
 
 /// The seeds' runaway cron job: 29 days of traffic; at 14:00 yesterday a

@@ -128,6 +128,9 @@ fn audit_reports_exactly_the_expired_units_enforce_removes_them_and_audits_each(
     assert_eq!(s.hot_days().into_iter().map(|(d, _)| d).collect::<Vec<_>>(), vec![day_string(t - 2)]);
     assert_eq!(s.psql("SELECT min(day)::text FROM daily_aggregates"), day_string(t - 15));
     assert_eq!(s.psql("SELECT min(day)::text FROM hourly_aggregates"), day_string(t - 15), "hourly rows go with their day");
+    assert_eq!(s.psql("SELECT min(day)::text FROM daily_series"), day_string(t - 15), "the series go with their day");
+    assert_eq!(s.psql("SELECT min(day)::text FROM daily_waste"), day_string(t - 15), "the waste goes with its day");
+    assert_eq!(s.psql("SELECT min(day)::text FROM daily_outputs"), day_string(t - 15), "the output lengths go with their day");
     let objects: Vec<String> = s.s3_objects().into_iter().map(|(k, _)| k).collect();
     assert_eq!(objects.first(), Some(&object_key(&s, t - 20)), "oldest object kept");
     assert_eq!(objects.len(), 19, "days t-20 ..= t-2");

@@ -201,6 +201,47 @@ fn hourly_rollups_cost_reprice_and_budgets_equal_independent_figures() {
     let audited = s.psql("SELECT day, rows, unpriced_requests, detail FROM cost_audit WHERE action = 'unpriced' ORDER BY day");
     assert_eq!(audited, expected_audit.join("\n"), "publishing a day again does not count its unpriced requests again");
 
+    // The series rollup: per day × line × model × version, the counts, cost
+    // and merged histograms against the events, and a range's p99 per
+    // business line (the contract's long-range query) against the exact
+    // floor-rank value, within the histograms' 1%.
+    assert_costs(&s, "daily_series", &first, "series, first prices");
+    let mut series: BTreeMap<String, (u64, u64, u64, u64, u64, u64)> = BTreeMap::new();
+    let mut latencies: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for e in &events {
+        let key = format!("{}|{}|{}|{}", day_string(day_of(e)), e.business_line, e.model_name, e.model_version);
+        let f = series.entry(key).or_default();
+        f.0 += 1;
+        f.1 += u64::from(e.error_code != 0);
+        f.2 += u64::from(e.input_tokens);
+        f.3 += u64::from(e.output_tokens);
+        f.4 += u64::from(e.cache_hit == Some(true));
+        f.5 += u64::from(e.cache_prefix_tokens.unwrap_or(0));
+        latencies.entry(e.business_line.as_str()).or_default().push(e.total_latency_ms);
+    }
+    let stored = s.psql(
+        "SELECT day || '|' || business_line || '|' || model_name || '|' || model_version, requests, errors, input_tokens, output_tokens, \
+         cache_hits, cache_prefix_tokens, inferlog_count(total_latency_hist), inferlog_count(ttft_hist) FROM daily_series ORDER BY 1",
+    );
+    for line in stored.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let want = series.get(f[0]).unwrap_or_else(|| panic!("unexpected series {}", f[0]));
+        let n = |i: usize| f[i].parse::<u64>().unwrap_or_else(|e| panic!("{line}: column {i}: {e}"));
+        assert_eq!((n(1), n(2), n(3), n(4), n(5), n(6), n(7)), (want.0, want.1, want.2, want.3, want.4, want.5, want.0), "{}: series totals", f[0]);
+        assert!(n(8) <= want.0, "{line}: TTFT counted at most once per request");
+    }
+    assert_eq!(stored.lines().count(), series.len(), "every series stored, and nothing else");
+    let p99s = s.psql("SELECT business_line, inferlog_quantile(inferlog_merge(total_latency_hist), 0.99) FROM daily_series GROUP BY 1 ORDER BY 1");
+    for line in p99s.lines() {
+        let (business_line, p99) = line.split_once('\t').expect("two columns");
+        let values = latencies.get_mut(business_line).unwrap_or_else(|| panic!("unexpected line {business_line}"));
+        values.sort_by(f64::total_cmp);
+        let exact = values[((0.99 * values.len() as f64) as usize).min(values.len() - 1)];
+        let got: f64 = p99.parse().expect("p99");
+        assert!((got - exact).abs() <= 0.0101 * exact, "{business_line}: p99 {got} from the series, exact {exact}");
+    }
+    assert_eq!(p99s.lines().count(), latencies.len(), "every business line answered");
+
     // Hourly totals and the busiest minute.
     let mut hours: BTreeMap<String, HourFigures> = BTreeMap::new();
     for e in &events {
@@ -309,6 +350,7 @@ fn hourly_rollups_cost_reprice_and_budgets_equal_independent_figures() {
     let (corrected, _) = expected_cost(&events, |m, d| corrected_prices(m, d, change_day));
     assert_costs(&s, "daily_aggregates", &corrected, "daily, corrected prices");
     assert_costs(&s, "hourly_aggregates", &corrected, "hourly, corrected prices");
+    assert_costs(&s, "daily_series", &corrected, "series, corrected prices");
     let audit = s.psql("SELECT day, rows > 0, unpriced_requests, cost_before < cost_after, prices LIKE 'sha256:%', actor FROM cost_audit WHERE action = 'reprice' ORDER BY day");
     let expected_audit: Vec<String> = (last - 2..=last).map(|d| format!("{}\tt\t0\tt\tt\tinferlog-compactor reprice", day_string(d))).collect();
     assert_eq!(audit, expected_audit.join("\n"), "one audit row per day repriced: {out}");

@@ -1,8 +1,13 @@
 //! The aggregates tier as a source of facts. In: the days routed to
 //! Postgres and the filter. Out: [`Facts`] read from `daily_aggregates`,
 //! `hourly_aggregates` (when the view shows hours; TTFT and TPOT
-//! histograms only) and `daily_errors`, with the cost stored when the
-//! day was aggregated (or last repriced). Hashed users are not kept there.
+//! histograms only), `daily_errors`, and `daily_waste` with
+//! `daily_outputs` (when the view counts waste, and no model filter is
+//! set: they are kept per business line), with the cost stored when the
+//! day was aggregated (or last repriced). Hashed users and prompts are not
+//! kept there.
+
+use std::collections::BTreeMap;
 
 use inferlog_schema::histogram::Histogram;
 use inferlog_store::catalog::{date_of, day_of, Catalog};
@@ -13,8 +18,11 @@ use crate::error::ReportError;
 use inferlog_store::model::aggregates::{hist_column, DAILY_COUNTS, DAILY_KEY, ERROR_COLUMNS};
 use inferlog_store::model::measures::MEASURES;
 
+use inferlog_store::model::aggregates::{OUTPUT_COLUMNS, WASTE_COLUMNS};
+use inferlog_store::model::waste::{LineWaste, TypeWaste, Waste};
+
 use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Tier, TPOT, TTFT};
-use crate::source::Filter;
+use crate::source::{Filter, Reads};
 
 /// The filter of every query: `$1` the days, `$2` the business line, `$3` the model (NULL: any).
 const WHERE: &str = "WHERE day = ANY($1) AND ($2::text IS NULL OR business_line = $2) AND ($3::text IS NULL OR model_name = $3)";
@@ -80,8 +88,11 @@ fn minutes(requests: Option<Vec<i64>>, tokens: Option<Vec<i64>>) -> Option<[(u64
 /// others stay in Postgres (they are most of the hourly rows' bytes).
 const HOURLY_HISTOGRAMS: [usize; 2] = [TTFT, TPOT];
 
-/// Reads `days` from the aggregates tier; the hourly rows only when `hours`.
-pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool) -> Result<Facts, ReportError> {
+/// The filter of the waste tables: they keep no model, so a model filter reads none of their rows.
+const WASTE_WHERE: &str = "WHERE day = ANY($1) AND ($2::text IS NULL OR business_line = $2) AND $3::text IS NULL";
+
+/// Reads `days` from the aggregates tier; the hourly rows and the waste only when `reads` asks.
+pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, reads: Reads) -> Result<Facts, ReportError> {
     let mut facts = Facts { tiers: days.iter().map(|&d| (d, Tier::Aggregates)).collect(), ..Facts::default() };
     if days.is_empty() {
         return Ok(facts);
@@ -112,7 +123,7 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
          peak_minute_requests, peak_minute_tokens, minute_requests, minute_tokens, {} FROM hourly_aggregates {WHERE}",
         HOURLY_HISTOGRAMS.map(hist_column).join(", ")
     );
-    let rows = if hours { fetch(catalog, &sql, &dates, filter, "read hourly aggregates").await? } else { Vec::new() };
+    let rows = if reads.hours { fetch(catalog, &sql, &dates, filter, "read hourly aggregates").await? } else { Vec::new() };
     for row in rows {
         let read = || -> Result<(HourKey, HourFacts), sqlx::Error> {
             let key = HourKey {
@@ -158,7 +169,58 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, hours: bool)
         let (key, error) = read().map_err(pg("read error counts"))?;
         facts.errors.insert(key, error);
     }
+    if reads.waste {
+        facts.waste = waste(catalog, &dates, filter).await?;
+    }
     Ok(facts)
+}
+
+/// A row of `daily_outputs`: its day, (business line, request type), the
+/// stored histogram and the counts.
+type OutputRow = (Day, (String, String), Option<Vec<i64>>, TypeWaste);
+
+/// The waste of the days that have it (days aggregated before it was
+/// counted have none): per line, and per line × request type.
+async fn waste(catalog: &Catalog, dates: &[chrono::NaiveDate], filter: &Filter) -> Result<BTreeMap<Day, Waste>, ReportError> {
+    let mut days: BTreeMap<Day, Waste> = BTreeMap::new();
+    let sql = format!("SELECT {} FROM daily_waste {WASTE_WHERE}", WASTE_COLUMNS.join(", "));
+    for row in fetch(catalog, &sql, dates, filter, "read waste").await? {
+        let read = || -> Result<(Day, String, LineWaste), sqlx::Error> {
+            let n = |c: &str| row.try_get::<i64, _>(c).map(|v| v.max(0) as u64);
+            let line = LineWaste {
+                requests: n("requests")?,
+                tokens: n("tokens")?,
+                input_tokens: n("input_tokens")?,
+                hashed: n("hashed")?,
+                repeats: n("repeats")?,
+                repeat_tokens: n("repeat_tokens")?,
+                repeat_uncached_input: n("repeat_uncached_input")?,
+            };
+            Ok((day_of(row.try_get("day")?), row.try_get("business_line")?, line))
+        };
+        let (day, business_line, line) = read().map_err(pg("read waste"))?;
+        days.entry(day).or_default().lines.insert(business_line, line);
+    }
+    let sql = format!("SELECT {} FROM daily_outputs {WASTE_WHERE}", OUTPUT_COLUMNS.join(", "));
+    for row in fetch(catalog, &sql, dates, filter, "read output lengths").await? {
+        let read = || -> Result<OutputRow, sqlx::Error> {
+            let n = |c: &str| row.try_get::<i64, _>(c).map(|v| v.max(0) as u64);
+            let t = TypeWaste {
+                requests: n("requests")?,
+                output_tokens: n("output_tokens")?,
+                limited: n("limited")?,
+                at_limit: n("at_limit")?,
+                at_limit_tokens: n("at_limit_tokens")?,
+                ..TypeWaste::default()
+            };
+            let key = (row.try_get("business_line")?, row.try_get("request_type")?);
+            Ok((day_of(row.try_get("day")?), key, row.try_get("output_hist")?, t))
+        };
+        let (day, key, hist, mut t) = read().map_err(pg("read output lengths"))?;
+        t.outputs = histogram(hist, "output_hist")?.unwrap_or_default();
+        days.entry(day).or_default().types.insert(key, t);
+    }
+    Ok(days)
 }
 
 /// The days of `from..=to` the aggregates tier holds.

@@ -54,7 +54,8 @@ pub struct Filter {
 pub struct Reads {
     /// The hourly facts of aggregate days (the days read from rows always have them).
     pub hours: bool,
-    /// The repeated prompts and output lengths of the days read from rows.
+    /// The repeated prompts and output lengths of the days read from rows,
+    /// and what the aggregates keep of them.
     pub waste: bool,
     /// Each hashed caller's load per hour, on hot days.
     pub callers: bool,
@@ -123,7 +124,6 @@ pub struct Stores {
 /// Reads every day of `range`, each from the tier that holds it, with what
 /// `reads` asks for besides.
 pub async fn load(stores: &Stores, range: Range, filter: &Filter, reads: Reads) -> Result<Facts, ReportError> {
-    let hours = reads.hours;
     let mut notes = Vec::new();
     let hot_days: BTreeSet<Day> = match stores.hot.partitions().await {
         Ok(partitions) => partitions.into_iter().map(|p| p.day).filter(|d| range.contains(*d)).collect(),
@@ -160,7 +160,7 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, reads: Reads) 
     };
     let (from_hot, from_aggregates, from_archive) = tokio::try_join!(
         hot::load(&stores.hot, &hot_days, filter, reads, &stores.prices, &stores.dictionary),
-        aggregates::load(&stores.catalog, &aggregate_days, filter, hours),
+        aggregates::load(&stores.catalog, &aggregate_days, filter, reads),
         from_archive,
     )?;
     let mut facts = Facts { tiers: routes.iter().filter(|(_, t)| *t == Tier::None).copied().collect(), notes, ..Facts::default() };
@@ -173,7 +173,7 @@ pub async fn load(stores: &Stores, range: Range, filter: &Filter, reads: Reads) 
         let aggregated: BTreeSet<Day> = aggregates::days(&stores.catalog, range.from, range.to).await?.into_iter().collect();
         let (again, lost): (Vec<Day>, Vec<Day>) = days.iter().partition(|d| aggregated.contains(d));
         facts.tiers.extend(lost.iter().map(|d| (*d, Tier::None)));
-        facts.absorb(aggregates::load(&stores.catalog, &again, filter, hours).await?);
+        facts.absorb(aggregates::load(&stores.catalog, &again, filter, reads).await?);
         let names: Vec<String> = days.iter().map(|d| inferlog_store::day_string(*d)).collect();
         tracing::info!(days = %names.join(", "), "released from the hot tier while being read; read from the aggregates");
         facts.notes.push(format!("{} released from the hot tier while the report read it: answered by the aggregates", names.join(", ")));

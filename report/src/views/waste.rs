@@ -14,9 +14,13 @@
 //!   against its p50, the long outputs (above [`LONG_FACTOR`] × p50) and
 //!   the requests that ended at their `max_tokens`.
 //!
-//! The days the aggregates answer keep no prompts, and a sampled archive
-//! day cannot tell how often a prompt repeated: both are left out, and a
-//! note names them.
+//! The days the aggregates answer count in `waste` and `waste_outputs`
+//! from what the compactor kept of them (`daily_waste`, `daily_outputs`),
+//! but keep no prompts: `waste_prompts` lists the days read from rows, and
+//! a note names the others. Days aggregated before waste was kept, days of
+//! a `--model` report (waste is kept per business line), and sampled
+//! archive days (a sample cannot tell how often a prompt repeated) are
+//! left out, and a note names them.
 
 use std::collections::BTreeMap;
 
@@ -58,11 +62,14 @@ struct Summed {
 
 fn sum(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Summed {
     let mut s = Summed::default();
-    let (mut sampled, mut aggregated) = (Vec::new(), Vec::new());
+    let (mut sampled, mut aggregated, mut unlisted) = (Vec::new(), Vec::new(), Vec::new());
     for day in ctx.range.iter() {
         match (facts.tier(day), facts.waste.get(&day)) {
             (_, Some(w)) if w.sampled => sampled.push(inferlog_store::day_string(day)),
-            (_, Some(w)) => {
+            (tier, Some(w)) => {
+                if tier == Tier::Aggregates {
+                    unlisted.push(inferlog_store::day_string(day));
+                }
                 for (line, l) in &w.lines {
                     s.lines.entry(line.clone()).or_default().add(l);
                 }
@@ -78,7 +85,7 @@ fn sum(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Summed {
                         }
                     }
                 }
-                for (t, w) in &w.types {
+                for ((_, t), w) in &w.types {
                     s.types.entry(t.clone()).or_default().add(w);
                 }
             }
@@ -87,7 +94,17 @@ fn sum(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Summed {
         }
     }
     if !aggregated.is_empty() {
-        notes.push(format!("waste: {} answered by the aggregates, which keep no prompts or output limits: not counted", aggregated.join(", ")));
+        let why = match &ctx.filter.model {
+            Some(_) => "whose waste is kept per business line, not per model",
+            None => "aggregated before their waste was kept",
+        };
+        notes.push(format!("waste: {} answered by the aggregates, {why}: not counted", aggregated.join(", ")));
+    }
+    if !unlisted.is_empty() {
+        notes.push(format!(
+            "waste_prompts: {} answered by the aggregates, which keep no prompts: their repeats count in waste, their prompts are not listed",
+            unlisted.join(", ")
+        ));
     }
     if !sampled.is_empty() {
         notes.push(format!("waste: {} read from a sampled archive, which cannot tell how often a prompt repeated: not counted", sampled.join(", ")));

@@ -12,8 +12,9 @@
 //! - per business line: requests, requests with a prompt hash, repeats,
 //!   their tokens and the input tokens a prompt cache would not have had
 //!   to prefill on them (input minus the prefix the cache already served);
-//! - per request type: the output-length histogram, and the requests that
-//!   set `max_tokens` and ended at it (their output reached the limit).
+//! - per business line × request type: the output-length histogram, and
+//!   the requests that set `max_tokens` and ended at it (their output
+//!   reached the limit).
 //!
 //! A row of weight above 1 (a sampled archive day) stands for requests
 //! whose prompts the sample did not keep: such a day's waste is marked
@@ -120,8 +121,10 @@ pub struct Waste {
     pub sampled: bool,
     pub lines: HashMap<String, LineWaste>,
     /// Prompts sent more than once by a line: (business line, prompt hash).
+    /// Empty for a day the aggregates answer: they keep no prompts.
     pub repeated: HashMap<(String, String), PromptUse>,
-    pub types: HashMap<String, TypeWaste>,
+    /// Per (business line, request type).
+    pub types: HashMap<(String, String), TypeWaste>,
 }
 
 /// The waste part of a day's fold.
@@ -130,7 +133,8 @@ pub struct WasteFold {
     sampled: bool,
     lines: HashMap<String, LineWaste>,
     prompts: HashMap<(String, String), PromptUse>,
-    types: HashMap<String, TypeWaste>,
+    /// Per business line, per request type.
+    types: HashMap<String, HashMap<String, TypeWaste>>,
 }
 
 impl WasteFold {
@@ -163,7 +167,7 @@ impl WasteFold {
                 None => p.callers.push((caller.to_owned(), 1)),
             }
         }
-        let t = entry(&mut self.types, row.request_type.filter(|t| !t.is_empty()).unwrap_or(NO_TYPE));
+        let t = entry(entry(&mut self.types, row.business_line), row.request_type.filter(|t| !t.is_empty()).unwrap_or(NO_TYPE));
         t.requests += 1;
         t.output_tokens += u64::from(row.output_tokens);
         t.outputs.add(f64::from(row.output_tokens));
@@ -190,7 +194,8 @@ impl WasteFold {
             line.repeat_uncached_input += p.repeat_uncached_input();
             repeated.insert(key, p);
         }
-        Waste { sampled: self.sampled, lines: self.lines, repeated, types: self.types }
+        let types = self.types.into_iter().flat_map(|(line, types)| types.into_iter().map(move |(t, w)| ((line.clone(), t), w))).collect();
+        Waste { sampled: self.sampled, lines: self.lines, repeated, types }
     }
 }
 
@@ -258,9 +263,10 @@ mod tests {
         assert_eq!(w.repeated.len(), 1, "only prompts sent twice are kept");
         let p1 = &w.repeated[&("search".to_owned(), "p1".to_owned())];
         assert_eq!(p1.callers, [("u1".to_owned(), 2), ("u2".to_owned(), 1)]);
-        let chat = &w.types["chat"];
-        assert_eq!((chat.requests, chat.limited, chat.at_limit, chat.at_limit_tokens), (6, 6, 1, 100));
-        assert_eq!(chat.outputs.count(), 6);
+        let chat = &w.types[&("search".to_owned(), "chat".to_owned())];
+        assert_eq!((chat.requests, chat.limited, chat.at_limit, chat.at_limit_tokens), (5, 5, 1, 100));
+        assert_eq!(chat.outputs.count(), 5);
+        assert_eq!(w.types[&("ads".to_owned(), "chat".to_owned())].requests, 1, "per line");
     }
 
     #[test]
@@ -292,7 +298,8 @@ mod tests {
         let repeats: u64 = first.lines.values().map(|l| l.repeats).sum();
         let distinct: std::collections::BTreeSet<_> = rows.iter().filter_map(|r| Some((r.business_line, r.prompt_hash?))).collect();
         assert_eq!(hashed - repeats, distinct.len() as u64, "one first request per line and prompt (seed {seed})");
-        assert_eq!(first.types[NO_TYPE].requests, rows.iter().filter(|r| r.request_type.is_none_or(str::is_empty)).count() as u64);
+        let untyped: u64 = first.types.iter().filter(|((_, t), _)| t == NO_TYPE).map(|(_, w)| w.requests).sum();
+        assert_eq!(untyped, rows.iter().filter(|r| r.request_type.is_none_or(str::is_empty)).count() as u64);
     }
 
     #[test]
