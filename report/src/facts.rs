@@ -279,6 +279,10 @@ pub struct Facts {
     /// type: counts and histograms (read for `compare` and the page only;
     /// the aggregates keep no request type).
     pub types: BTreeMap<TypeKey, GroupFacts>,
+    /// Per day read from rows (hot, archive) and GPU (`None`: requests that
+    /// named none): counts and histograms (read for `diagnose` and the
+    /// page only; the aggregates keep no GPU).
+    pub gpus: BTreeMap<(Day, Option<u32>), GroupFacts>,
 }
 
 impl Facts {
@@ -317,6 +321,7 @@ impl Facts {
         self.waste.retain(|d, _| !days.contains(d));
         self.callers.retain(|(d, _, _), _| !days.contains(d));
         self.types.retain(|k, _| !days.contains(&k.day));
+        self.gpus.retain(|(d, _), _| !days.contains(d));
         self
     }
 
@@ -339,6 +344,7 @@ impl Facts {
         self.waste.extend(other.waste);
         self.callers.extend(other.callers);
         self.types.extend(other.types);
+        self.gpus.extend(other.gpus);
         self.notes.extend(other.notes);
     }
 }

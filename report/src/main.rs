@@ -146,6 +146,7 @@ async fn run(args: Args) -> Result<i32, ReportError> {
         waste: view.shows_waste() || html,
         callers: view.shows_callers() || html,
         types: view.shows_types() || html,
+        gpus: view.shows_gpus() || html,
     };
     let mut facts = inferlog_report::source::load(&stores, if compares { range.with_previous() } else { range }, &filter, reads).await?;
     // The versions compared, and the requests both served on the hot days (the page compares too).

@@ -676,6 +676,48 @@ fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
     let dims = rows(&doc, "diagnosis_dimensions");
     assert_eq!(dims[0]["dimension"], "input bucket", "the input bucket explains most: {dims:?}");
     assert!(dims.iter().any(|d| d["dimension"] == "business line" && f(&d["explains"]) < explains), "{dims:?}");
+    // The previous range is the aggregates': no GPU to name, and a note says so.
+    assert!(!dims.iter().any(|d| d["dimension"] == "GPU"), "{dims:?}");
+    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    assert!(notes.iter().any(|n| n.contains("GPU is no dimension") && n.contains(&from)), "{notes:?}");
+}
+
+/// Yesterday the requests served by one GPU wait 3 s more in its queue.
+/// `diagnose` for yesterday against the day before (both hot) must stop at
+/// TTFT p99 and name that GPU and the queue, with the share explained
+/// computed again from the events.
+#[test]
+fn diagnose_names_the_gpu_whose_queue_grew() {
+    const GPU: u32 = 7;
+    let (s, events, t) = scenario_with("report_diagnose_gpu", 36_000, 6, 79, |events, t| {
+        for e in events.iter_mut().filter(|e| day_of(e) == t - 1 && e.gpu_id == Some(GPU) && e.ttft_ms.is_some()) {
+            e.queue_wait_ms = Some(e.queue_wait_ms.unwrap_or(0.0) + 3000.0);
+            e.ttft_ms = e.ttft_ms.map(|v| v + 3000.0);
+            e.total_latency_ms += 3000.0;
+        }
+    });
+    let day = day_string(t - 1);
+    let doc = report_json(&s, &["--from", &day, "--to", &day, "diagnose"], "diagnose.log");
+    assert!(tiers(&doc).iter().all(|(_, tier)| tier == "hot"), "both days hot: {:?}", tiers(&doc));
+    let path = rows(&doc, "diagnosis");
+    let steps: Vec<(&str, &str)> = path.iter().map(|r| (r["step"].as_str().unwrap_or(""), r["verdict"].as_str().unwrap_or(""))).collect();
+    assert_eq!(steps, [("success rate", "fine"), ("TTFT p99", "worse")], "{path:?}");
+    let ttft = &path[1];
+    assert_eq!((ttft["dimension"].as_str(), ttft["value"].as_str()), (Some("GPU"), Some("gpu 7")), "{ttft}");
+    assert!(ttft["stage"].as_str().is_some_and(|s| s.starts_with("queue p99")), "{ttft}");
+
+    let ttfts = |keep: &dyn Fn(&&InferenceEvent) -> bool| events.iter().filter(keep).filter_map(|e| e.ttft_ms).collect::<Vec<f64>>();
+    let (mut before, current) = (ttfts(&|e| day_of(e) == t - 2), ttfts(&|e| day_of(e) == t - 1));
+    let split = exact(&mut before, 0.99);
+    let above = |v: &[f64]| v.iter().filter(|x| **x > split).count() as f64;
+    let excess = above(&current) - current.len() as f64 * above(&before) / before.len() as f64;
+    let on_gpu = |d: i32| ttfts(&|e| day_of(e) == d && e.gpu_id == Some(GPU));
+    let (g_now, g_before) = (on_gpu(t - 1), on_gpu(t - 2));
+    let part = above(&g_now) - g_now.len() as f64 * above(&g_before) / g_before.len() as f64;
+    let explains = f(&ttft["explains"]);
+    assert!((explains - part / excess).abs() < 0.05, "explains {explains}, from the events {}", part / excess);
+    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    assert!(!notes.iter().any(|n| n.contains("GPU is no dimension")), "{notes:?}");
 }
 
 /// Repeated prompts, long outputs and answers cut at max_tokens planted

@@ -136,7 +136,7 @@ pub async fn load(
 
 /// Adds one day's fold to `facts`: groups and hours priced from their
 /// token sums (per group and per hour, as the compactor prices them), error
-/// counts named by the dictionary, users, waste, callers, request types.
+/// counts named by the dictionary, users, waste, callers, request types, GPUs.
 pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable, dictionary: &ErrorDictionary) {
     for ((business_line, model_name, model_version, input, output), group) in folded.daily {
         let mut counts = Counts::from(group.totals);
@@ -185,6 +185,9 @@ pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable,
         let key = TypeKey { day, model_name: t.model_name, model_version: t.model_version, request_type: t.request_type };
         facts.types.insert(key, GroupFacts { counts: Counts::from(t.group.totals), hists: t.group.histograms });
     }
+    for (gpu, g) in folded.gpus.unwrap_or_default() {
+        facts.gpus.insert((day, gpu), GroupFacts { counts: Counts::from(g.totals), hists: g.histograms });
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +216,7 @@ mod tests {
             decode_time_ms: Some(80.0),
             ttft_ms: Some(10.0),
             tpot_ms: None,
+            gpu_id: None,
             cache_hit: Some(u8::from(input > 2000)),
             cache_prefix_tokens: Some(input / 2),
             gpu_mem_peak_mb: None,

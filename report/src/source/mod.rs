@@ -61,11 +61,13 @@ pub struct Reads {
     pub callers: bool,
     /// Each model × version × request type of the days read from rows.
     pub types: bool,
+    /// Each GPU of the days read from rows.
+    pub gpus: bool,
 }
 
 impl Reads {
-    /// The fold of a day read from rows: users always, waste and request
-    /// types when asked (callers are the hot tier's, added by its reader).
+    /// The fold of a day read from rows: users always, waste, request
+    /// types and GPUs when asked (callers are the hot tier's, added by its reader).
     pub fn fold(self) -> inferlog_store::model::fold::DayFold {
         let mut fold = inferlog_store::model::fold::DayFold::counting_users();
         if self.waste {
@@ -73,6 +75,9 @@ impl Reads {
         }
         if self.types {
             fold = fold.counting_types();
+        }
+        if self.gpus {
+            fold = fold.counting_gpus();
         }
         fold
     }

@@ -3,9 +3,11 @@
 //! rate → TTFT p99 → TPOT p99 → tokens per minute. Each step compares the
 //! range with the one before; the first step that is worse stops the walk
 //! and names the dimension (business line, model version, input bucket,
-//! output bucket, error code, error stage) whose one value explains most of
-//! the change, and for a latency, the stage (queue, prefill, decode) that
-//! grew in that slice.
+//! output bucket, error code, error stage, GPU) whose one value explains
+//! most of the change, and for a latency, the stage (queue, prefill,
+//! decode) that grew in that slice. GPU is a dimension only when every day
+//! of both ranges was read from rows (hot, archive): the aggregates keep no
+//! GPU, and a note says so.
 //!
 //! A step is worse when the change is beyond what the counts explain
 //! ([`crate::significance`], α = 0.001) and large enough to matter: the
@@ -26,7 +28,7 @@
 use std::collections::BTreeMap;
 
 use crate::document::{change, Cell, Kind, Table};
-use crate::facts::{ErrorKey, Facts, GroupKey, Summary, DECODE, PREFILL, QUEUE, TPOT, TTFT};
+use crate::facts::{ErrorKey, Facts, GroupKey, Summary, Tier, DECODE, PREFILL, QUEUE, TPOT, TTFT};
 use crate::range::Range;
 use crate::significance::{proportions, quantile_shift, Shift};
 use crate::views::{groups, summary, Context};
@@ -39,7 +41,20 @@ pub const MIN_LATENCY_RISE: f64 = 0.10;
 pub const MIN_TOKEN_RISE: f64 = 0.20;
 
 /// The dimensions a step can name, as shown.
-const DIMENSIONS: [&str; 6] = ["business line", "model version", "input bucket", "output bucket", "error code", "error stage"];
+const DIMENSIONS: [&str; 7] = ["business line", "model version", "input bucket", "output bucket", "error code", "error stage", "GPU"];
+
+/// The index of the GPU in [`DIMENSIONS`].
+const GPU: usize = 6;
+
+/// A GPU as a value of its dimension.
+fn gpu_value(id: Option<u32>) -> String {
+    id.map_or_else(|| "none named".to_owned(), |id| format!("gpu {id}"))
+}
+
+/// The days of `now` and `before` the aggregates answer: with any, GPU is no dimension.
+fn without_gpus(facts: &Facts, now: Range, before: Range) -> Vec<inferlog_store::Day> {
+    before.iter().chain(now.iter()).filter(|d| facts.tier(*d) == Tier::Aggregates).collect()
+}
 
 /// A group's value in dimension `d` (`None`: groups have no error code or stage).
 fn group_value(d: usize, k: &GroupKey) -> Option<String> {
@@ -64,8 +79,9 @@ fn error_value(d: usize, k: &ErrorKey, name: &str) -> Option<String> {
     }
 }
 
-/// Per (dimension, value), the summary of the groups of `range`.
-fn slices(facts: &Facts, range: Range) -> BTreeMap<(usize, String), Summary> {
+/// Per (dimension, value), the summary of the groups of `range`; per GPU
+/// when `gpus`.
+fn slices(facts: &Facts, range: Range, gpus: bool) -> BTreeMap<(usize, String), Summary> {
     let mut out: BTreeMap<(usize, String), Summary> = BTreeMap::new();
     for (k, g) in groups(facts, range, |_| true) {
         for d in 0..DIMENSIONS.len() {
@@ -73,6 +89,9 @@ fn slices(facts: &Facts, range: Range) -> BTreeMap<(usize, String), Summary> {
                 out.entry((d, v)).or_default().add(g);
             }
         }
+    }
+    for ((_, id), g) in facts.gpus.iter().filter(|((day, _), _)| gpus && range.contains(*day)) {
+        out.entry((GPU, gpu_value(*id))).or_default().add(g);
     }
     out
 }
@@ -137,7 +156,7 @@ pub struct Step {
     pub explanations: Vec<Explanation>,
 }
 
-fn success_step(facts: &Facts, now: Range, before: Range) -> Step {
+fn success_step(facts: &Facts, now: Range, before: Range, gpus: bool) -> Step {
     let (now_s, before_s) = (summary(facts, now), summary(facts, before));
     let (cur, prev) = (now_s.counts, before_s.counts);
     let z = proportions(prev.errors, prev.requests, cur.errors, cur.requests);
@@ -160,6 +179,9 @@ fn success_step(facts: &Facts, now: Range, before: Range) -> Step {
                     }
                 }
             }
+            for ((_, id), g) in facts.gpus.iter().filter(|((day, _), _)| gpus && range.contains(*day)) {
+                *parts.entry((GPU, gpu_value(*id))).or_default() += sign * g.counts.errors as f64 / n as f64;
+            }
         }
         explanations = explain(&parts, up.unwrap_or(0.0));
     }
@@ -176,7 +198,7 @@ fn success_step(facts: &Facts, now: Range, before: Range) -> Step {
 
 /// The p99 step of `measure`; `stages`: the stages whose growth is looked
 /// for in the slice that explains most.
-fn latency_step(facts: &Facts, now: Range, before: Range, name: &'static str, measure: usize, stages: &[(usize, &str)]) -> Step {
+fn latency_step(facts: &Facts, now: Range, before: Range, gpus: bool, name: &'static str, measure: usize, stages: &[(usize, &str)]) -> Step {
     let (cur, prev) = (summary(facts, now), summary(facts, before));
     let (p, c) = (prev.quantile(measure, 0.99), cur.quantile(measure, 0.99));
     let z = prev.hists[measure].as_ref().zip(cur.hists[measure].as_ref()).and_then(|(a, b)| quantile_shift(a, b, 0.99));
@@ -191,7 +213,7 @@ fn latency_step(facts: &Facts, now: Range, before: Range, name: &'static str, me
         let rate = |h: &inferlog_schema::histogram::Histogram| h.count_above(split) as f64 / h.count().max(1) as f64;
         let whole_rate = rate(prev_h);
         let total = cur_h.count_above(split) as f64 - cur_h.count() as f64 * whole_rate;
-        let (now_slices, before_slices) = (slices(facts, now), slices(facts, before));
+        let (now_slices, before_slices) = (slices(facts, now, gpus), slices(facts, before, gpus));
         let mut parts: BTreeMap<(usize, String), f64> = BTreeMap::new();
         for (key, s) in &now_slices {
             let Some(h) = s.hists[measure].as_ref() else { continue };
@@ -218,7 +240,7 @@ fn latency_step(facts: &Facts, now: Range, before: Range, name: &'static str, me
     Step { name, kind: Kind::Ms, previous: p, current: c, z, verdict, explanations }
 }
 
-fn token_step(facts: &Facts, now: Range, before: Range, now_ms: i64) -> Step {
+fn token_step(facts: &Facts, now: Range, before: Range, gpus: bool, now_ms: i64) -> Step {
     let (now_min, before_min) = (facts.answered_minutes(now, now_ms), facts.answered_minutes(before, now_ms));
     let per_minute = |range: Range, minutes: Option<f64>| minutes.map(|m| summary(facts, range).counts.tokens() as f64 / m);
     let (p, c) = (per_minute(before, before_min), per_minute(now, now_min));
@@ -231,7 +253,7 @@ fn token_step(facts: &Facts, now: Range, before: Range, now_ms: i64) -> Step {
     if let (Verdict::Worse, Some(nm), Some(bm), Some(p), Some(c)) = (verdict, now_min, before_min, p, c) {
         let mut parts: BTreeMap<(usize, String), f64> = BTreeMap::new();
         for (range, minutes, sign) in [(now, nm, 1.0), (before, bm, -1.0)] {
-            for (key, s) in slices(facts, range) {
+            for (key, s) in slices(facts, range, gpus) {
                 *parts.entry(key).or_default() += sign * s.counts.tokens() as f64 / minutes;
             }
         }
@@ -243,11 +265,12 @@ fn token_step(facts: &Facts, now: Range, before: Range, now_ms: i64) -> Step {
 /// The walk: each step until the first that is worse (included).
 pub fn walk(facts: &Facts, range: Range, now_ms: i64) -> Vec<Step> {
     let before = range.previous();
+    let gpus = without_gpus(facts, range, before).is_empty();
     let steps: [&dyn Fn() -> Step; 4] = [
-        &|| success_step(facts, range, before),
-        &|| latency_step(facts, range, before, "TTFT p99", TTFT, &[(QUEUE, "queue"), (PREFILL, "prefill")]),
-        &|| latency_step(facts, range, before, "TPOT p99", TPOT, &[(DECODE, "decode")]),
-        &|| token_step(facts, range, before, now_ms),
+        &|| success_step(facts, range, before, gpus),
+        &|| latency_step(facts, range, before, gpus, "TTFT p99", TTFT, &[(QUEUE, "queue"), (PREFILL, "prefill")]),
+        &|| latency_step(facts, range, before, gpus, "TPOT p99", TPOT, &[(DECODE, "decode")]),
+        &|| token_step(facts, range, before, gpus, now_ms),
     ];
     let mut out = Vec::new();
     for step in steps {
@@ -308,6 +331,11 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
             tables.push(dims);
         }
         _ => notes.push("no step is worse than in the previous range".into()),
+    }
+    let aggregated = without_gpus(facts, ctx.range, ctx.range.previous());
+    if !aggregated.is_empty() {
+        let days: Vec<String> = aggregated.iter().map(|d| inferlog_store::day_string(*d)).collect();
+        notes.push(format!("diagnose: GPU is no dimension here: {} answered by the aggregates, which keep no GPU", days.join(", ")));
     }
     tables
 }

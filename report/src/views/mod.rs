@@ -116,6 +116,11 @@ impl View {
         matches!(self, View::Spikes { .. } | View::Page)
     }
 
+    /// Whether the view names GPUs (the days read from rows count them).
+    pub fn shows_gpus(self) -> bool {
+        matches!(self, View::Diagnose | View::Page)
+    }
+
     /// Whether the view shows repeated prompts and output lengths (the days read from rows count them).
     pub fn shows_waste(self) -> bool {
         matches!(self, View::Waste { .. } | View::Page)

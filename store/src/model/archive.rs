@@ -294,6 +294,7 @@ pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> R
         (text("business_line")?, text("model_name")?, text("model_version")?, text("error_stage")?, text("user_id_hash")?);
     let (request_type, prompt, max_tokens) = (text("request_type")?, text("prompt_hash")?, int64("max_tokens")?);
     let (input, output, prefix, weight) = (int64("input_tokens")?, int64("output_tokens")?, int64("cache_prefix_tokens")?, int64("sample_weight")?);
+    let gpu = int64("gpu_id")?;
     let code = column("error_code")?.as_primitive_opt::<Int32Type>().ok_or_else(|| kind("error_code"))?;
     let (total, queue, prefill, decode, ttft, tpot, gpu_mem) = (
         float("total_latency_ms")?,
@@ -324,6 +325,7 @@ pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> R
             decode_time_ms: opt_f(decode, i),
             ttft_ms: opt_f(ttft, i),
             tpot_ms: opt_f(tpot, i),
+            gpu_id: gpu.is_valid(i).then(|| gpu.value(i) as u32),
             cache_hit: cache_hit.is_valid(i).then(|| u8::from(cache_hit.value(i))),
             cache_prefix_tokens: prefix.is_valid(i).then(|| prefix.value(i) as u32),
             gpu_mem_peak_mb: opt_f(gpu_mem, i),
@@ -383,6 +385,7 @@ mod tests {
                 decode_time_ms: r.decode_time_ms,
                 ttft_ms: r.ttft_ms,
                 tpot_ms: r.tpot_ms,
+                gpu_id: r.gpu_id,
                 cache_hit: r.cache_hit,
                 cache_prefix_tokens: r.cache_prefix_tokens,
                 gpu_mem_peak_mb: r.gpu_mem_peak_mb,

@@ -164,6 +164,8 @@ pub struct Folded {
     pub callers: Option<Callers>,
     /// Per model × version × request type, in that order (only when the fold counts request types).
     pub types: Option<Vec<TypeGroup>>,
+    /// Per GPU (`None`: rows that name none), by GPU id (only when the fold counts GPUs).
+    pub gpus: Option<Vec<(Option<u32>, Group)>>,
 }
 
 /// An hour being counted.
@@ -212,6 +214,8 @@ pub struct DayFold {
     types: Option<Vec<TypeGroup>>,
     /// The index in `types` of the previous row's.
     last_type: usize,
+    /// `Some` when the fold counts GPUs.
+    gpus: Option<HashMap<Option<u32>, Group>>,
 }
 
 impl DayFold {
@@ -240,6 +244,13 @@ impl DayFold {
     /// totals and histograms ([`TypeGroup`]: the report's `compare`).
     pub fn counting_types(mut self) -> DayFold {
         self.types = Some(Vec::new());
+        self
+    }
+
+    /// This fold, also counting each GPU's totals and histograms (the
+    /// report's `diagnose`; the aggregates keep no GPU).
+    pub fn counting_gpus(mut self) -> DayFold {
+        self.gpus = Some(HashMap::new());
         self
     }
 
@@ -340,7 +351,11 @@ impl DayFold {
         totals.cache_hits += w * u64::from(row.cache_hit == Some(1));
         totals.cache_prefix_tokens += cached;
         let mut typed = DayFold::type_group(&mut self.types, &mut self.last_type, row);
-        if let Some(t) = typed.as_deref_mut() {
+        let mut gpu = self
+            .gpus
+            .as_mut()
+            .map(|gpus| gpus.entry(row.gpu_id).or_insert_with(|| Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) }));
+        for t in [typed.as_deref_mut(), gpu.as_deref_mut()].into_iter().flatten() {
             t.totals.requests += w;
             t.totals.errors += errors;
             t.totals.input_tokens += input;
@@ -357,7 +372,7 @@ impl DayFold {
             if let Some(h) = hour.histograms.get_mut(m) {
                 h.get_or_insert_with(Histogram::new).add_bucket(bucket, w);
             }
-            if let Some(t) = typed.as_deref_mut() {
+            for t in [typed.as_deref_mut(), gpu.as_deref_mut()].into_iter().flatten() {
                 t.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, w);
             }
         }
@@ -393,6 +408,11 @@ impl DayFold {
             types: self.types.map(|mut types| {
                 types.sort_by(|a, b| (&a.model_name, &a.model_version, &a.request_type).cmp(&(&b.model_name, &b.model_version, &b.request_type)));
                 types
+            }),
+            gpus: self.gpus.map(|gpus| {
+                let mut gpus: Vec<_> = gpus.into_iter().collect();
+                gpus.sort_by_key(|(id, _)| *id);
+                gpus
             }),
             ..Folded::default()
         };
@@ -566,12 +586,13 @@ mod tests {
                 r.ttft_ms = rng.gen_bool(0.8).then(|| rng.gen_range(0.0..5_000.0));
                 r.gpu_mem_peak_mb = rng.gen_bool(0.5).then(|| rng.gen_range(1.0..80_000.0));
                 r.request_type = [None, Some(""), Some("chat"), Some("code")][rng.gen_range(0..4)];
+                r.gpu_id = rng.gen_bool(0.9).then(|| rng.gen_range(0..8));
                 r
             })
             .collect();
         rows.sort_by_key(|r| (r.business_line, r.timestamp_ms));
         let fold = |rows: &[StoredRow<'_>]| {
-            let mut fold = DayFold::default().counting_types();
+            let mut fold = DayFold::default().counting_types().counting_gpus();
             rows.iter().for_each(|r| fold.add(&r.fold_row()));
             fold.finish()
         };
@@ -585,9 +606,16 @@ mod tests {
         assert_eq!(types.iter().map(|t| t.group.totals.requests).sum::<u64>(), 2_000, "every row in one request type");
         let errors: u64 = in_key_order.daily.values().map(|g| g.totals.errors).sum();
         assert_eq!(types.iter().map(|t| t.group.totals.errors).sum::<u64>(), errors);
+        let gpus = in_key_order.gpus.as_ref().expect("GPUs counted");
+        assert_eq!(gpus.iter().map(|(_, g)| g.totals.requests).sum::<u64>(), 2_000, "every row on one GPU or none");
+        assert_eq!(gpus.iter().map(|(_, g)| g.totals.errors).sum::<u64>(), errors);
+        for (id, g) in gpus {
+            assert_eq!(g.totals.requests, rows.iter().filter(|r| r.gpu_id == *id).count() as u64, "GPU {id:?}");
+        }
         for m in 0..COUNT {
             let by_group: u64 = in_key_order.daily.values().map(|g| g.histograms[m].as_ref().map_or(0, Histogram::count)).sum();
             assert_eq!(types.iter().map(|t| t.group.histograms[m].as_ref().map_or(0, Histogram::count)).sum::<u64>(), by_group, "measure {m}");
+            assert_eq!(gpus.iter().map(|(_, g)| g.histograms[m].as_ref().map_or(0, Histogram::count)).sum::<u64>(), by_group, "measure {m}");
         }
 
         // A row of weight w folds as w copies of it, users included.

@@ -81,6 +81,7 @@ impl StoredRow<'_> {
             decode_time_ms: self.decode_time_ms,
             ttft_ms: self.ttft_ms,
             tpot_ms: self.tpot_ms,
+            gpu_id: self.gpu_id,
             cache_hit: self.cache_hit,
             cache_prefix_tokens: self.cache_prefix_tokens,
             gpu_mem_peak_mb: self.gpu_mem_peak_mb,
@@ -131,7 +132,7 @@ impl StoredRow<'_> {
 
 /// The columns of a hot row the aggregates fold ([`crate::model::fold`]):
 /// the series, the tokens, the error, the user, the request type, the
-/// measures, the prompt and the output limit. Fields keep [`HOT`]'s names
+/// measures, the GPU, the prompt and the output limit. Fields keep [`HOT`]'s names
 /// and order.
 #[derive(Debug, Clone, Copy, PartialEq, Row, Deserialize)]
 pub struct FoldRow<'a> {
@@ -154,6 +155,7 @@ pub struct FoldRow<'a> {
     pub decode_time_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
+    pub gpu_id: Option<u32>,
     pub cache_hit: Option<u8>,
     pub cache_prefix_tokens: Option<u32>,
     pub gpu_mem_peak_mb: Option<f64>,

@@ -235,6 +235,7 @@ mod tests {
             decode_time_ms: None,
             ttft_ms: None,
             tpot_ms: None,
+            gpu_id: None,
             cache_hit: None,
             gpu_mem_peak_mb: None,
         }
