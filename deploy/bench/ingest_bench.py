@@ -10,6 +10,14 @@ JSON) to a fresh topic once, then, on that same data, times alternately:
             fields skipped) and commits after each insert: no validation, no
             hashing, no DLQ, no exactly-once
 
+and, in every run, the physical limit of the hot store:
+
+  limit     ClickHouse inserting the very rows inferlog wrote (exported once
+            as RowBinary from the first run's table) into an empty table of
+            the same DDL, from a local file through clickhouse-client in
+            100,000-row blocks: no Kafka, no parsing, no network beyond
+            loopback. `inferlog_of_limit` is limit time / inferlog time.
+
 Each run uses its own consumer group and table; the time is from process
 start until the table holds all N rows (same clock for both). Over the same
 window it samples the CPU time of every process on the machine (from
@@ -181,7 +189,37 @@ def run_glue(topic, n):
     return elapsed, used
 
 
-def run_inferlog(topic, n, workdir, extra_env=None, cluster=False, members=1):
+def export_rows(table, workdir):
+    """The rows of `table` as RowBinary in a file, and its DDL with the table name a placeholder."""
+    path = os.path.join(workdir, "rows.bin")
+    req = urllib.request.Request(CH, data=f"SELECT * FROM {table} FORMAT RowBinary".encode(), method="POST")
+    with urllib.request.urlopen(req) as r, open(path, "wb") as f:
+        while chunk := r.read(1 << 20):
+            f.write(chunk)
+    ddl = ch(f"SHOW CREATE TABLE {table} FORMAT TSVRaw").replace(table, "{table}", 1)
+    return path, ddl
+
+
+def run_limit(rows_path, ddl, n):
+    """ClickHouse's own RowBinary insert of the rows in `rows_path` into a fresh table of `ddl`."""
+    table = f"inferlog_bench.limit_{uuid.uuid4().hex[:8]}"
+    ch(ddl.replace("{table}", table))
+    cpu = CpuSampler()
+    cpu.start()
+    start = time.monotonic()
+    with open(rows_path, "rb") as f:
+        subprocess.run(["clickhouse-client", "--max_insert_block_size=100000", "--query", f"INSERT INTO {table} FORMAT RowBinary"],
+                       stdin=f, check=True)
+    elapsed = time.monotonic() - start
+    used = cpu.stop()
+    rows = count(table)
+    ch(f"DROP TABLE IF EXISTS {table}")
+    if rows != n:
+        raise SystemExit(f"limit: {rows} rows inserted, expected {n}")
+    return elapsed, used
+
+
+def run_inferlog(topic, n, workdir, extra_env=None, cluster=False, members=1, export=None):
     name = f"ingest_{uuid.uuid4().hex[:8]}"
     config = os.path.join(workdir, f"{name}.toml")
     url = CLUSTER_CH if cluster else CH
@@ -224,6 +262,8 @@ rejects_table = "{name}_rejects"
         time.sleep(0.1)
     for p in procs[1:]:
         p.wait()
+    if export is not None:
+        export.append(export_rows(f"inferlog_bench.{name}", workdir))
     on = " ON CLUSTER inferlog" if cluster else ""
     for table in (name, f"{name}_rejects", f"{name}_offsets"):
         ch(f"DROP TABLE IF EXISTS inferlog_bench.{table}{on}", url)
@@ -265,10 +305,11 @@ def main():
         subprocess.run([sys.executable, KAFKATOOL, "--brokers", BROKERS, "produce", "--topic", topic, events],
                        check=True, stdout=subprocess.DEVNULL)
         side = other[0]
-        results = {"events": args.events, "inferlog_s": [], f"{side}_s": [], "inferlog_peak_rss_mb": 0}
-        cpu = {"inferlog": [], side: []}
+        results = {"events": args.events, "inferlog_s": [], f"{side}_s": [], "limit_s": [], "inferlog_peak_rss_mb": 0}
+        cpu = {"inferlog": [], side: [], "limit": []}
+        exported = []
         for i in range(args.runs):
-            elapsed, rc, used, peak = run_inferlog(topic, args.events, workdir)
+            elapsed, rc, used, peak = run_inferlog(topic, args.events, workdir, export=None if exported else exported)
             cpu["inferlog"].append(used)
             # VmHWM of the ingest process itself (not the producer's or the glue's).
             results["inferlog_peak_rss_mb"] = max(results["inferlog_peak_rss_mb"], round(peak, 1))
@@ -276,11 +317,16 @@ def main():
             other_elapsed, used = other[1](topic, workdir)
             cpu[side].append(used)
             results[f"{side}_s"].append(round(other_elapsed, 2))
+            limit_elapsed, limit_used = run_limit(*exported[0], args.events)
+            cpu["limit"].append(limit_used)
+            results["limit_s"].append(round(limit_elapsed, 2))
             print(f"run {i + 1}: inferlog {elapsed:.2f}s (exit {rc}) cpu {cpu['inferlog'][-1]}, "
-                  f"{side} {other_elapsed:.2f}s cpu {used}", file=sys.stderr)
+                  f"{side} {other_elapsed:.2f}s cpu {used}, limit {limit_elapsed:.2f}s cpu {limit_used}", file=sys.stderr)
         inf = args.events / statistics.median(results["inferlog_s"])
         theirs = args.events / statistics.median(results[f"{side}_s"])
-        results.update({"inferlog_events_per_s": round(inf), f"{side}_events_per_s": round(theirs), "ratio": round(inf / theirs, 3)})
+        limit = args.events / statistics.median(results["limit_s"])
+        results.update({"inferlog_events_per_s": round(inf), f"{side}_events_per_s": round(theirs), "ratio": round(inf / theirs, 3),
+                        "limit_events_per_s": round(limit), "inferlog_of_limit": round(inf / limit, 3)})
         # Median CPU seconds per process over the timed windows, and how many
         # of the machine's cores were busy on average.
         for side, runs in cpu.items():
