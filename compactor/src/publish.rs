@@ -13,11 +13,9 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use inferlog_schema::config::ErrorDictionary;
 use inferlog_schema::histogram::Histogram;
-use inferlog_store::catalog::{date_of, insert_cost_audit, Catalog, CostAuditEntry};
+use inferlog_store::catalog::{date_of, insert_cost_audit, roll_up_series, Catalog, CostAuditEntry};
 use inferlog_store::cost::{PriceTable, Usage};
-use inferlog_store::model::aggregates::{
-    daily_columns, hourly_columns, series_rollup, AGGREGATE_TABLES, ERROR_COLUMNS, OUTPUT_COLUMNS, WASTE_COLUMNS,
-};
+use inferlog_store::model::aggregates::{daily_columns, hourly_columns, AGGREGATE_TABLES, ERROR_COLUMNS, OUTPUT_COLUMNS, WASTE_COLUMNS};
 use inferlog_store::model::fold::{ErrorRow, Hour};
 use inferlog_store::model::measures::LEVELS;
 use inferlog_store::model::waste::Waste;
@@ -209,7 +207,7 @@ pub async fn publish(
         });
         insert.build().execute(&mut *tx).await.map_err(pg("insert aggregates"))?;
     }
-    sqlx::query(&series_rollup()).bind(date).execute(&mut *tx).await.map_err(pg("roll the groups up into series"))?;
+    roll_up_series(&mut tx, day).await?;
 
     published.newly_unpriced = newly_unpriced(&before, &published.unpriced);
     let unpriced: u64 = published.unpriced.values().sum();

@@ -12,9 +12,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use inferlog_store::catalog::{date_of, insert_cost_audit, Catalog, CostAuditEntry};
+use inferlog_store::catalog::{date_of, insert_cost_audit, roll_up_series, Catalog, CostAuditEntry};
 use inferlog_store::cost::{PriceTable, Usage};
-use inferlog_store::model::aggregates::series_rollup;
 use inferlog_store::retry::{backoff_for, Retryable};
 use inferlog_store::{Day, StoreError};
 use sqlx::Row as _;
@@ -152,8 +151,7 @@ async fn reprice_day(catalog: &Catalog, prices: &PriceTable, day: Day, dry_run: 
         .await
         .map_err(pg("reprice daily aggregates"))?;
         // The series sum their groups' cost: rolled up again.
-        sqlx::query("DELETE FROM daily_series WHERE day = $1").bind(date).execute(&mut *tx).await.map_err(pg("reprice series"))?;
-        sqlx::query(&series_rollup()).bind(date).execute(&mut *tx).await.map_err(pg("reprice series"))?;
+        roll_up_series(&mut tx, day).await?;
     }
 
     let rows = sqlx::query(

@@ -17,7 +17,7 @@ use inferlog_store::Day;
 use serde::Serialize;
 
 use inferlog_store::model::callers::HourLoad;
-use inferlog_store::model::fold::Totals;
+use inferlog_store::model::fold::{Group, Totals};
 pub use inferlog_store::model::measures::{CACHE_PREFIX, DECODE, PREFILL, QUEUE, TOTAL, TPOT, TTFT};
 use inferlog_store::model::measures::{COUNT, DURATIONS};
 use inferlog_store::model::waste::Waste;
@@ -178,6 +178,13 @@ impl GroupKey {
 pub struct GroupFacts {
     pub counts: Counts,
     pub hists: GroupHists,
+}
+
+impl From<Group> for GroupFacts {
+    /// A folded group's counts (not priced yet) and histograms.
+    fn from(g: Group) -> GroupFacts {
+        GroupFacts { counts: Counts::from(g.totals), hists: g.histograms }
+    }
 }
 
 /// A day's model × version × request type (`-`: none given).

@@ -495,6 +495,16 @@ pub struct CostAuditEntry {
     pub detail: Option<String>,
 }
 
+/// Replaces the `daily_series` rows of `day` with the rollup of its
+/// `daily_aggregates` rows ([`crate::model::aggregates::series_rollup`]):
+/// run in the transaction that wrote or repriced the day's groups.
+pub async fn roll_up_series(conn: &mut sqlx::PgConnection, day: Day) -> Result<(), StoreError> {
+    const OPERATION: &str = "roll the groups up into series";
+    sqlx::query("DELETE FROM daily_series WHERE day = $1").bind(date_of(day)).execute(&mut *conn).await.map_err(StoreError::postgres(OPERATION))?;
+    sqlx::query(&crate::model::aggregates::series_rollup()).bind(date_of(day)).execute(&mut *conn).await.map_err(StoreError::postgres(OPERATION))?;
+    Ok(())
+}
+
 pub async fn insert_cost_audit<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &CostAuditEntry) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO cost_audit (day, action, rows, unpriced_requests, cost_before, cost_after, prices, actor, detail) \

@@ -59,6 +59,11 @@ fn report_json(s: &TierScenario, args: &[&str], log: &str) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
+/// The document's notes.
+fn notes_of(doc: &Value) -> Vec<&str> {
+    doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect()
+}
+
 fn rows<'a>(doc: &'a Value, table: &str) -> &'a Vec<Value> {
     doc["tables"][table]["rows"].as_array().unwrap_or_else(|| panic!("no table {table}: {doc}"))
 }
@@ -678,7 +683,7 @@ fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
     assert!(dims.iter().any(|d| d["dimension"] == "business line" && f(&d["explains"]) < explains), "{dims:?}");
     // The previous range is the aggregates': no GPU to name, and a note says so.
     assert!(!dims.iter().any(|d| d["dimension"] == "GPU"), "{dims:?}");
-    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    let notes = notes_of(&doc);
     assert!(notes.iter().any(|n| n.contains("GPU is no dimension") && n.contains(&from)), "{notes:?}");
 }
 
@@ -716,7 +721,7 @@ fn diagnose_names_the_gpu_whose_queue_grew() {
     let part = above(&g_now) - g_now.len() as f64 * above(&g_before) / g_before.len() as f64;
     let explains = f(&ttft["explains"]);
     assert!((explains - part / excess).abs() < 0.05, "explains {explains}, from the events {}", part / excess);
-    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    let notes = notes_of(&doc);
     assert!(!notes.iter().any(|n| n.contains("GPU is no dimension")), "{notes:?}");
 }
 
@@ -754,7 +759,7 @@ fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
     });
     let (from, to) = (day_string(t - 3), day_string(t - 1));
     let doc = report_json(&s, &["--from", &from, "--to", &to, "waste", "--top", "5"], "waste.log");
-    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    let notes = notes_of(&doc);
     // The released day counts from what the aggregates kept of it; only its prompts are not listed.
     assert!(notes.iter().any(|n| n.starts_with("waste_prompts:") && n.contains(&from)), "the released day's prompts: {notes:?}");
     assert!(!notes.iter().any(|n| n.contains("not counted")), "every day counted: {notes:?}");
@@ -846,14 +851,14 @@ fn waste_finds_repeated_prompts_their_callers_and_answers_cut_at_max_tokens() {
     // Waste is kept per business line: with --model the released day is named, not counted.
     let model = hot[0].model_name.clone();
     let doc = report_json(&s, &["--from", &from, "--to", &to, "--model", &model, "waste"], "waste-model.log");
-    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    let notes = notes_of(&doc);
     assert!(notes.iter().any(|n| n.contains(&from) && n.contains("not per model") && n.ends_with("not counted")), "{notes:?}");
     let requests: f64 = rows(&doc, "waste").iter().filter(|r| r["business_line"] != "all").map(|r| f(&r["requests"])).sum();
     assert_eq!(requests as usize, hot.iter().filter(|e| e.model_name == model).count(), "the hot days' requests of the model");
     // A day aggregated before waste was kept: named, not counted.
     s.psql(&format!("DELETE FROM daily_waste WHERE day = '{from}'; DELETE FROM daily_outputs WHERE day = '{from}'"));
     let doc = report_json(&s, &["--from", &from, "--to", &to, "waste"], "waste-before.log");
-    let notes: Vec<&str> = doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    let notes = notes_of(&doc);
     assert!(notes.iter().any(|n| n.contains(&from) && n.contains("before their waste was kept")), "{notes:?}");
     let requests: f64 = rows(&doc, "waste").iter().filter(|r| r["business_line"] != "all").map(|r| f(&r["requests"])).sum();
     assert_eq!(requests as usize, hot.len(), "the hot days' requests");

@@ -14,13 +14,11 @@ use inferlog_store::catalog::{date_of, day_of, Catalog};
 use inferlog_store::{Day, StoreError};
 use sqlx::Row as _;
 
-use crate::error::ReportError;
-use inferlog_store::model::aggregates::{hist_column, DAILY_COUNTS, DAILY_KEY, ERROR_COLUMNS};
+use inferlog_store::model::aggregates::{hist_column, DAILY_COUNTS, DAILY_KEY, ERROR_COLUMNS, OUTPUT_COLUMNS, WASTE_COLUMNS};
 use inferlog_store::model::measures::MEASURES;
-
-use inferlog_store::model::aggregates::{OUTPUT_COLUMNS, WASTE_COLUMNS};
 use inferlog_store::model::waste::{LineWaste, TypeWaste, Waste};
 
+use crate::error::ReportError;
 use crate::facts::{Counts, ErrorFacts, ErrorKey, Facts, GroupFacts, GroupKey, HourFacts, HourKey, Tier, TPOT, TTFT};
 use crate::source::{Filter, Reads};
 
@@ -36,9 +34,14 @@ fn histogram(encoded: Option<Vec<i64>>, column: &str) -> Result<Option<Histogram
     encoded.map(|e| Histogram::decode(&e)).transpose().map_err(|e| ReportError::Data(format!("{column}: {e}")))
 }
 
+/// A stored count (`bigint`; a negative one, which no writer stores, as 0).
+fn count(row: &sqlx::postgres::PgRow, column: &str) -> Result<u64, sqlx::Error> {
+    row.try_get::<i64, _>(column).map(|v| v.max(0) as u64)
+}
+
 /// The counts of a stored row; `cost_usd` NULL means unpriced.
 fn counts(row: &sqlx::postgres::PgRow, cache_hits: bool) -> Result<Counts, sqlx::Error> {
-    let n = |c: &str| row.try_get::<i64, _>(c).map(|v| v.max(0) as u64);
+    let n = |c: &str| count(row, c);
     let mut counts = Counts {
         requests: n("requests")?,
         errors: n("errors")?,
@@ -135,8 +138,8 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, reads: Reads
             let hour = HourFacts {
                 counts: counts(&row, false)?,
                 peak_minute: row.try_get("peak_minute_number")?,
-                peak_minute_requests: row.try_get::<i64, _>("peak_minute_requests")?.max(0) as u64,
-                peak_minute_tokens: row.try_get::<i64, _>("peak_minute_tokens")?.max(0) as u64,
+                peak_minute_requests: count(&row, "peak_minute_requests")?,
+                peak_minute_tokens: count(&row, "peak_minute_tokens")?,
                 minutes: minutes(row.try_get("minute_requests")?, row.try_get("minute_tokens")?),
                 hists: Default::default(),
             };
@@ -164,7 +167,7 @@ pub async fn load(catalog: &Catalog, days: &[Day], filter: &Filter, reads: Reads
                 error_code: row.try_get("error_code")?,
                 error_stage: row.try_get("error_stage")?,
             };
-            Ok((key, ErrorFacts { name: row.try_get("error_name")?, errors: row.try_get::<i64, _>("errors")?.max(0) as u64 }))
+            Ok((key, ErrorFacts { name: row.try_get("error_name")?, errors: count(&row, "errors")? }))
         };
         let (key, error) = read().map_err(pg("read error counts"))?;
         facts.errors.insert(key, error);
@@ -186,7 +189,7 @@ async fn waste(catalog: &Catalog, dates: &[chrono::NaiveDate], filter: &Filter) 
     let sql = format!("SELECT {} FROM daily_waste {WASTE_WHERE}", WASTE_COLUMNS.join(", "));
     for row in fetch(catalog, &sql, dates, filter, "read waste").await? {
         let read = || -> Result<(Day, String, LineWaste), sqlx::Error> {
-            let n = |c: &str| row.try_get::<i64, _>(c).map(|v| v.max(0) as u64);
+            let n = |c: &str| count(&row, c);
             let line = LineWaste {
                 requests: n("requests")?,
                 tokens: n("tokens")?,
@@ -204,7 +207,7 @@ async fn waste(catalog: &Catalog, dates: &[chrono::NaiveDate], filter: &Filter) 
     let sql = format!("SELECT {} FROM daily_outputs {WASTE_WHERE}", OUTPUT_COLUMNS.join(", "));
     for row in fetch(catalog, &sql, dates, filter, "read output lengths").await? {
         let read = || -> Result<OutputRow, sqlx::Error> {
-            let n = |c: &str| row.try_get::<i64, _>(c).map(|v| v.max(0) as u64);
+            let n = |c: &str| count(&row, c);
             let t = TypeWaste {
                 requests: n("requests")?,
                 output_tokens: n("output_tokens")?,

@@ -183,10 +183,10 @@ pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable,
     }
     for t in folded.types.unwrap_or_default() {
         let key = TypeKey { day, model_name: t.model_name, model_version: t.model_version, request_type: t.request_type };
-        facts.types.insert(key, GroupFacts { counts: Counts::from(t.group.totals), hists: t.group.histograms });
+        facts.types.insert(key, GroupFacts::from(t.group));
     }
     for (gpu, g) in folded.gpus.unwrap_or_default() {
-        facts.gpus.insert((day, gpu), GroupFacts { counts: Counts::from(g.totals), hists: g.histograms });
+        facts.gpus.insert((day, gpu), GroupFacts::from(g));
     }
 }
 

@@ -138,6 +138,13 @@ pub struct TypeGroup {
     pub group: Group,
 }
 
+impl Group {
+    /// A group no row has been counted in yet.
+    pub fn empty() -> Group {
+        Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) }
+    }
+}
+
 /// One hashed user's use of a day.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UserUse {
@@ -257,7 +264,7 @@ impl DayFold {
     /// The request-type group of `row`, when the fold counts them.
     fn type_group<'t>(types: &'t mut Option<Vec<TypeGroup>>, last: &mut usize, row: &FoldRow<'_>) -> Option<&'t mut Group> {
         let types = types.as_mut()?;
-        let request_type = row.request_type.filter(|t| !t.is_empty()).unwrap_or(crate::model::waste::NO_TYPE);
+        let request_type = row.request_type_or_none();
         let same = |t: &TypeGroup| t.request_type == request_type && t.model_name == row.model_name && t.model_version == row.model_version;
         if !types.get(*last).is_some_and(same) {
             *last = types.iter().position(same).unwrap_or_else(|| {
@@ -265,7 +272,7 @@ impl DayFold {
                     model_name: row.model_name.to_owned(),
                     model_version: row.model_version.to_owned(),
                     request_type: request_type.to_owned(),
-                    group: Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) },
+                    group: Group::empty(),
                 });
                 types.len() - 1
             });
@@ -312,8 +319,7 @@ impl DayFold {
         let series = &mut self.series[s];
         let input_bucket = InputBucket::of(row.input_tokens);
         let slot = input_bucket as usize * OutputBucket::ALL.len() + OutputBucket::of(row.output_tokens) as usize;
-        let daily =
-            series.daily[slot].get_or_insert_with(|| Box::new(Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) }));
+        let daily = series.daily[slot].get_or_insert_with(|| Box::new(Group::empty()));
 
         let hour_number = row.timestamp_ms / 3_600_000;
         if series.hours.get(series.last_hour).is_none_or(|h| h.hour != hour_number) {
@@ -343,37 +349,29 @@ impl DayFold {
         let minute = &mut hour.minutes[((row.timestamp_ms / 60_000) % 60) as usize];
         minute.0 += w;
         minute.1 += w * tokens;
-        let totals = &mut daily.totals;
-        totals.requests += w;
-        totals.errors += errors;
-        totals.input_tokens += input;
-        totals.output_tokens += output;
-        totals.cache_hits += w * u64::from(row.cache_hit == Some(1));
-        totals.cache_prefix_tokens += cached;
-        let mut typed = DayFold::type_group(&mut self.types, &mut self.last_type, row);
-        let mut gpu = self
-            .gpus
-            .as_mut()
-            .map(|gpus| gpus.entry(row.gpu_id).or_insert_with(|| Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) }));
-        for t in [typed.as_deref_mut(), gpu.as_deref_mut()].into_iter().flatten() {
-            t.totals.requests += w;
-            t.totals.errors += errors;
-            t.totals.input_tokens += input;
-            t.totals.output_tokens += output;
-            t.totals.cache_hits += w * u64::from(row.cache_hit == Some(1));
-            t.totals.cache_prefix_tokens += cached;
+        // The row's group, and its request type's and GPU's when they are counted.
+        let typed = DayFold::type_group(&mut self.types, &mut self.last_type, row);
+        let gpu = self.gpus.as_mut().map(|gpus| gpus.entry(row.gpu_id).or_insert_with(Group::empty));
+        let mut groups = [Some(&mut **daily), typed, gpu];
+        for g in groups.iter_mut().flatten() {
+            let t = &mut g.totals;
+            t.requests += w;
+            t.errors += errors;
+            t.input_tokens += input;
+            t.output_tokens += output;
+            t.cache_hits += w * u64::from(row.cache_hit == Some(1));
+            t.cache_prefix_tokens += cached;
         }
 
         for (m, value) in measures::of_row(row).into_iter().enumerate() {
             let Some(v) = value else { continue };
             // Each value's bucket once; a duration counts in every histogram it belongs to.
             let bucket = (v > 0.0).then(|| histogram::bucket(v));
-            daily.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, w);
+            for g in groups.iter_mut().flatten() {
+                g.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, w);
+            }
             if let Some(h) = hour.histograms.get_mut(m) {
                 h.get_or_insert_with(Histogram::new).add_bucket(bucket, w);
-            }
-            for t in [typed.as_deref_mut(), gpu.as_deref_mut()].into_iter().flatten() {
-                t.histograms[m].get_or_insert_with(Histogram::new).add_bucket(bucket, w);
             }
         }
 

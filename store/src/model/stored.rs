@@ -164,7 +164,12 @@ pub struct FoldRow<'a> {
     pub max_tokens: Option<u32>,
 }
 
-impl FoldRow<'_> {
+impl<'a> FoldRow<'a> {
+    /// The request type, or [`crate::model::waste::NO_TYPE`] when the row names none (or an empty one).
+    pub fn request_type_or_none(&self) -> &'a str {
+        self.request_type.filter(|t| !t.is_empty()).unwrap_or(crate::model::waste::NO_TYPE)
+    }
+
     /// `timestamp_ms, business_line, …`: the `SELECT` list of a [`FoldRow`].
     pub fn select_list() -> String {
         <FoldRow<'_> as Row>::COLUMN_NAMES.join(", ")

@@ -167,7 +167,7 @@ impl WasteFold {
                 None => p.callers.push((caller.to_owned(), 1)),
             }
         }
-        let t = entry(entry(&mut self.types, row.business_line), row.request_type.filter(|t| !t.is_empty()).unwrap_or(NO_TYPE));
+        let t = entry(entry(&mut self.types, row.business_line), row.request_type_or_none());
         t.requests += 1;
         t.output_tokens += u64::from(row.output_tokens);
         t.outputs.add(f64::from(row.output_tokens));
