@@ -672,7 +672,11 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
             };
             self.current_key = Some(Cow::Borrowed(name));
             let value = map.next_value::<Raw<'de>>()?;
-            if let Err(rejection) = Slots::put(target, Given { name, value }) {
+            // The common case, a first value, is stored here: handing it
+            // to `put` by value cost a store-forwarding stall per key.
+            if target.is_none() {
+                *target = Some(Given { name, value });
+            } else if let Err(rejection) = Slots::put(target, Given { name, value }) {
                 self.rejection = Some(rejection);
                 return Err(de::Error::custom("rejected"));
             }
@@ -732,6 +736,18 @@ fn text(g: &Given<'_>, max_chars: usize) -> Result<Option<String>, Rejection> {
     Ok(Some(s.to_owned()))
 }
 
+/// The bytes a request id may hold: `[A-Za-z0-9._:-]`.
+const REQUEST_ID_BYTES: [bool; 256] = {
+    let mut allowed = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        allowed[b] = c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-');
+        b += 1;
+    }
+    allowed
+};
+
 fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
     let name = g.name;
     let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
@@ -742,7 +758,10 @@ fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
     if s.len() > 128 {
         return Err(Rejection::new(ReasonCode::FieldRange, name, format!("is {} characters; at most 128", s.chars().count())));
     }
-    if let Some(bad) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))) {
+    // Every allowed character is ASCII, so a byte scan finds the first
+    // one that is not (at a character boundary: the bytes before it are ASCII).
+    if let Some(at) = s.bytes().position(|b| !REQUEST_ID_BYTES[usize::from(b)]) {
+        let bad = s[at..].chars().next().unwrap_or_default();
         return Err(Rejection::new(ReasonCode::FieldFormat, name, format!("{bad:?} is not allowed; use [A-Za-z0-9._:-]")));
     }
     Ok(Some(s.to_owned()))

@@ -54,6 +54,15 @@ fn rejection(bytes: &[u8], now: Option<i64>) -> (ReasonCode, String) {
 }
 
 #[test]
+fn a_request_id_names_its_first_bad_character() {
+    for (id, bad) in [("req 1", "' '"), ("req-\u{e9}t\u{e9}", "'\u{e9}'"), ("r\u{1F600}", "'\u{1F600}'"), ("a/b c", "'/'")] {
+        let err = contract().normalize(&with(json!({"request_id": id})), Some(NOW), &hasher()).expect_err(id);
+        assert_eq!((err.reason, err.field.as_str()), (ReasonCode::FieldFormat, "request_id"), "{id}");
+        assert!(err.message.starts_with(&format!("{bad} is not allowed")), "{id}: {}", err.message);
+    }
+}
+
+#[test]
 fn the_base_event_is_valid() {
     let n = contract().normalize(&with(json!({})), Some(NOW), &hasher()).expect("valid");
     assert_eq!(n.event.request_id, "req-0001");
