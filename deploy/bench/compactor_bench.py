@@ -5,6 +5,12 @@ stage from the compactor's own log, with peak RSS and the Parquet size
 against the same events as JSON lines. Medians of several runs; each run
 archives the same day into a fresh prefix and Postgres schema.
 
+Every run also times the reference: ClickHouse's own export of the same
+day, `SELECT * ... WHERE day = D FORMAT RowBinary` through clickhouse-client
+into a local file (no Parquet, no S3, no verification).
+`archive_verify_of_export` is (archive + verify) / export: the issue's
+goal is at most 1.25.
+
 usage: deploy/bench/compactor_bench.py [--rows 1000000] [--runs 3] [--sampling]
 --sampling archives with [sampling] enabled (its defaults): the day has no
 history, so the static thresholds apply. Needs `deploy/local/services.sh up` and release binaries (cargo build --release --bins).
@@ -79,6 +85,13 @@ def main():
             runs.append({"wall_s": round(wall, 2), "settle_s": stage.get("settle", 0) / 1000, "archive_s": stage["archive"] / 1000, "verify_s": stage["verify"] / 1000,
                          "aggregate_s": stage["aggregate"] / 1000, "rows_per_s_to_verified": round(args.rows / to_verified),
                          "peak_rss_mb": round(rss, 1), "parquet_bytes": parquet_bytes, "rows_archived": kept})
+            with tempfile.TemporaryFile() as sink:
+                started = time.monotonic()
+                subprocess.run(["clickhouse-client", "--query",
+                                f"SELECT * FROM inferlog_test.{table} WHERE day = '{day}' FORMAT RowBinary"],
+                               stdout=sink, check=True)
+                runs[-1]["export_s"] = round(time.monotonic() - started, 2)
+            runs[-1]["archive_verify_of_export"] = round(to_verified / runs[-1]["export_s"], 2)
             print(json.dumps(runs[-1]), file=sys.stderr)
     median = lambda k: statistics.median(r[k] for r in runs)
     report = {
@@ -86,6 +99,7 @@ def main():
         "median_rows_per_s_to_verified_parquet": median("rows_per_s_to_verified"),
         "median_settle_s": median("settle_s"), "median_archive_s": median("archive_s"), "median_verify_s": median("verify_s"),
         "median_aggregate_s": median("aggregate_s"), "median_wall_s": median("wall_s"),
+        "median_export_s": median("export_s"), "median_archive_verify_of_export": median("archive_verify_of_export"),
         "max_peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "parquet_bytes": runs[0]["parquet_bytes"], "json_lines_bytes": json_bytes,
         "json_to_parquet_ratio": round(json_bytes / runs[0]["parquet_bytes"], 2),

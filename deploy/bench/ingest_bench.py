@@ -17,6 +17,13 @@ and, in every run, the physical limit of the hot store:
             them: partition by partition) into an empty table of the same DDL, from a local file through clickhouse-client in
             100,000-row blocks: no Kafka, no parsing, no network beyond
             loopback. `inferlog_of_limit` is limit time / inferlog time.
+            The server squashes those blocks into blocks of a million rows
+            before it writes parts, so the limit writes the million rows
+            as one insert would: a part or so per day, no merges.
+  limit_100k the same, with the server's squashing capped at 100,000
+            rows (min_insert_block_size_rows): the parts an insert of
+            ingest's batch size (batch_max_rows) makes, and the merges
+            they start. `inferlog_of_limit_100k` compares with that.
 
 Each run uses its own consumer group and table; the time is from process
 start until the table holds all N rows (same clock for both). Over the same
@@ -27,7 +34,7 @@ figures and medians as JSON. Needs `deploy/local/services.sh up` and
 release binaries (cargo build --release --bins), or INFERLOG_BIN_DIR
 naming the directory of another build.
 
-  deploy/bench/ingest_bench.py [--events 200000] [--runs 3] [--against glue|no-service-metrics|cluster] [--members 1]
+  deploy/bench/ingest_bench.py [--events 200000] [--runs 3] [--against glue|no-service-metrics|cluster|env|bin] [--members 1]
 
 --against no-service-metrics times inferlog-ingest against itself with
 [service_metrics] enabled = false instead of against the glue: what the
@@ -39,6 +46,12 @@ inferlog-ingest into the local ClickHouse cluster (`services.sh up
 on shard 1, odd on shard 2), with --members ingest processes in one group
 on the cluster side; the `ratio` is single / cluster, in events/s (the
 `inferlog` figures are the single server's).
+
+--against env times inferlog-ingest against itself run with the extra
+environment given by --other-env NAME=VALUE (an allocator setting, a
+config override); --against bin against the inferlog-ingest in
+--other-bin DIR (a baseline checkout's build). Both print the other
+side's peak RSS too; the `ratio` is this build / the other, in events/s.
 """
 import argparse
 import json
@@ -204,16 +217,22 @@ def export_rows(table, workdir):
     return path, ddl
 
 
-def run_limit(rows_path, ddl, n):
-    """ClickHouse's own RowBinary insert of the rows in `rows_path` into a fresh table of `ddl`."""
+def run_limit(rows_path, ddl, n, squash_rows=None):
+    """ClickHouse's own RowBinary insert of the rows in `rows_path` into a fresh table of `ddl`.
+
+    The server squashes the client's 100,000-row blocks into blocks of
+    min_insert_block_size_rows (1,048,576 by default: the whole million, a
+    part or so per day) before it writes parts; `squash_rows` caps that, so
+    the parts are as small as an insert of that many rows makes them."""
     table = f"inferlog_bench.limit_{uuid.uuid4().hex[:8]}"
     ch(ddl.replace("{table}", table))
     cpu = CpuSampler()
     cpu.start()
     start = time.monotonic()
     with open(rows_path, "rb") as f:
-        subprocess.run(["clickhouse-client", "--max_insert_block_size=100000", "--query", f"INSERT INTO {table} FORMAT RowBinary"],
-                       stdin=f, check=True)
+        squash = [f"--min_insert_block_size_rows={squash_rows}"] if squash_rows else []
+        subprocess.run(["clickhouse-client", "--max_insert_block_size=100000", *squash, "--query",
+                        f"INSERT INTO {table} FORMAT RowBinary"], stdin=f, check=True)
     elapsed = time.monotonic() - start
     used = cpu.stop()
     rows = count(table)
@@ -223,7 +242,7 @@ def run_limit(rows_path, ddl, n):
     return elapsed, used
 
 
-def run_inferlog(topic, n, workdir, extra_env=None, cluster=False, members=1, export=None):
+def run_inferlog(topic, n, workdir, extra_env=None, cluster=False, members=1, export=None, bin_dir=None):
     name = f"ingest_{uuid.uuid4().hex[:8]}"
     config = os.path.join(workdir, f"{name}.toml")
     url = CLUSTER_CH if cluster else CH
@@ -255,7 +274,7 @@ rejects_table = "{name}_rejects"
     cpu = CpuSampler()
     cpu.start()
     start = time.monotonic()
-    procs = [subprocess.Popen([os.path.join(BIN, "inferlog-ingest"), "--config", config, "--exit-when-idle", "5s"],
+    procs = [subprocess.Popen([os.path.join(bin_dir or BIN, "inferlog-ingest"), "--config", config, "--exit-when-idle", "5s"],
                               env=env, stderr=open(os.path.join(workdir, f"{name}-{m}.log"), "w")) for m in range(members)]
     peak = wait_rows(procs[0], f"inferlog_bench.{name}", n, url=url, others=procs[1:])
     elapsed = time.monotonic() - start
@@ -280,20 +299,34 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--against", choices=["glue", "no-service-metrics", "cluster"], default="glue")
+    p.add_argument("--against", choices=["glue", "no-service-metrics", "cluster", "env", "bin"], default="glue")
+    p.add_argument("--other-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --against env: the other side's extra environment (repeatable)")
+    p.add_argument("--other-bin", metavar="DIR", help="with --against bin: the other side's build directory")
     p.add_argument("--members", type=int, default=1, help="ingest processes on the cluster side of --against cluster")
     args = p.parse_args()
     if args.against == "glue":
-        other = ("glue", lambda topic, workdir: run_glue(topic, args.events))
+        other = ("glue", lambda topic, workdir: run_glue(topic, args.events) + (None,))
     elif args.against == "cluster":
         def on_cluster(topic, workdir):
-            elapsed, _, used, _ = run_inferlog(topic, args.events, workdir, cluster=True, members=args.members)
-            return elapsed, used
+            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, cluster=True, members=args.members)
+            return elapsed, used, peak
         other = (f"cluster_{args.members}_members", on_cluster)
+    elif args.against == "env":
+        extra = dict(kv.split("=", 1) for kv in args.other_env)
+        def with_env(topic, workdir):
+            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, extra)
+            return elapsed, used, peak
+        other = ("other_env", with_env)
+    elif args.against == "bin":
+        def other_bin(topic, workdir):
+            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, bin_dir=args.other_bin)
+            return elapsed, used, peak
+        other = ("other_bin", other_bin)
     else:
         def without(topic, workdir):
-            elapsed, _, used, _ = run_inferlog(topic, args.events, workdir, {"INFERLOG_SERVICE_METRICS__ENABLED": "false"})
-            return elapsed, used
+            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, {"INFERLOG_SERVICE_METRICS__ENABLED": "false"})
+            return elapsed, used, peak
         other = ("no_service_metrics", without)
     ch("CREATE DATABASE IF NOT EXISTS inferlog_bench")
     with tempfile.TemporaryDirectory() as workdir:
@@ -309,8 +342,9 @@ def main():
         subprocess.run([sys.executable, KAFKATOOL, "--brokers", BROKERS, "produce", "--topic", topic, events],
                        check=True, stdout=subprocess.DEVNULL)
         side = other[0]
-        results = {"events": args.events, "inferlog_s": [], f"{side}_s": [], "limit_s": [], "inferlog_peak_rss_mb": 0}
-        cpu = {"inferlog": [], side: [], "limit": []}
+        results = {"events": args.events, "inferlog_s": [], f"{side}_s": [], "limit_s": [], "limit_100k_s": [],
+                   "inferlog_peak_rss_mb": 0}
+        cpu = {"inferlog": [], side: [], "limit": [], "limit_100k": []}
         exported = []
         for i in range(args.runs):
             elapsed, rc, used, peak = run_inferlog(topic, args.events, workdir, export=None if exported else exported)
@@ -318,19 +352,28 @@ def main():
             # VmHWM of the ingest process itself (not the producer's or the glue's).
             results["inferlog_peak_rss_mb"] = max(results["inferlog_peak_rss_mb"], round(peak, 1))
             results["inferlog_s"].append(round(elapsed, 2))
-            other_elapsed, used = other[1](topic, workdir)
+            other_elapsed, used, other_peak = other[1](topic, workdir)
             cpu[side].append(used)
+            if other_peak is not None:
+                results[f"{side}_peak_rss_mb"] = max(results.get(f"{side}_peak_rss_mb", 0), round(other_peak, 1))
             results[f"{side}_s"].append(round(other_elapsed, 2))
             limit_elapsed, limit_used = run_limit(*exported[0], args.events)
             cpu["limit"].append(limit_used)
             results["limit_s"].append(round(limit_elapsed, 2))
+            # The same insert in parts no larger than ingest's batches (100,000 rows).
+            small_elapsed, small_used = run_limit(*exported[0], args.events, squash_rows=100_000)
+            cpu["limit_100k"].append(small_used)
+            results["limit_100k_s"].append(round(small_elapsed, 2))
             print(f"run {i + 1}: inferlog {elapsed:.2f}s (exit {rc}) cpu {cpu['inferlog'][-1]}, "
-                  f"{side} {other_elapsed:.2f}s cpu {used}, limit {limit_elapsed:.2f}s cpu {limit_used}", file=sys.stderr)
+                  f"{side} {other_elapsed:.2f}s cpu {used}, limit {limit_elapsed:.2f}s cpu {limit_used}, "
+                  f"limit_100k {small_elapsed:.2f}s cpu {small_used}", file=sys.stderr)
         inf = args.events / statistics.median(results["inferlog_s"])
         theirs = args.events / statistics.median(results[f"{side}_s"])
         limit = args.events / statistics.median(results["limit_s"])
+        small = args.events / statistics.median(results["limit_100k_s"])
         results.update({"inferlog_events_per_s": round(inf), f"{side}_events_per_s": round(theirs), "ratio": round(inf / theirs, 3),
-                        "limit_events_per_s": round(limit), "inferlog_of_limit": round(inf / limit, 3)})
+                        "limit_events_per_s": round(limit), "inferlog_of_limit": round(inf / limit, 3),
+                        "limit_100k_events_per_s": round(small), "inferlog_of_limit_100k": round(inf / small, 3)})
         # Median CPU seconds per process over the timed windows, and how many
         # of the machine's cores were busy on average.
         for side, runs in cpu.items():
