@@ -20,10 +20,10 @@ and, in every run, the physical limit of the hot store:
             The server squashes those blocks into blocks of a million rows
             before it writes parts, so the limit writes the million rows
             as one insert would: a part or so per day, no merges.
-  limit_100k the same, with the server's squashing capped at 100,000
-            rows (min_insert_block_size_rows): the parts an insert of
-            ingest's batch size (batch_max_rows) makes, and the merges
-            they start. `inferlog_of_limit_100k` compares with that.
+  limit_batch the same, with the server's squashing capped at ingest's
+            batch size (--batch-rows, batch_max_rows's default 200,000; min_insert_block_size_rows):
+            the parts an insert of one of ingest's batches makes, and the
+            merges they start. `inferlog_of_limit_batch` compares with that.
 
 Each run uses its own consumer group and table; the time is from process
 start until the table holds all N rows (same clock for both). Over the same
@@ -303,6 +303,7 @@ def main():
     p.add_argument("--other-env", action="append", default=[], metavar="NAME=VALUE",
                    help="with --against env: the other side's extra environment (repeatable)")
     p.add_argument("--other-bin", metavar="DIR", help="with --against bin: the other side's build directory")
+    p.add_argument("--batch-rows", type=int, default=200_000, help="ingest's batch_max_rows, for limit_batch")
     p.add_argument("--members", type=int, default=1, help="ingest processes on the cluster side of --against cluster")
     args = p.parse_args()
     if args.against == "glue":
@@ -342,9 +343,9 @@ def main():
         subprocess.run([sys.executable, KAFKATOOL, "--brokers", BROKERS, "produce", "--topic", topic, events],
                        check=True, stdout=subprocess.DEVNULL)
         side = other[0]
-        results = {"events": args.events, "inferlog_s": [], f"{side}_s": [], "limit_s": [], "limit_100k_s": [],
+        results = {"events": args.events, "inferlog_s": [], f"{side}_s": [], "limit_s": [], "limit_batch_s": [],
                    "inferlog_peak_rss_mb": 0}
-        cpu = {"inferlog": [], side: [], "limit": [], "limit_100k": []}
+        cpu = {"inferlog": [], side: [], "limit": [], "limit_batch": []}
         exported = []
         for i in range(args.runs):
             elapsed, rc, used, peak = run_inferlog(topic, args.events, workdir, export=None if exported else exported)
@@ -360,20 +361,20 @@ def main():
             limit_elapsed, limit_used = run_limit(*exported[0], args.events)
             cpu["limit"].append(limit_used)
             results["limit_s"].append(round(limit_elapsed, 2))
-            # The same insert in parts no larger than ingest's batches (100,000 rows).
-            small_elapsed, small_used = run_limit(*exported[0], args.events, squash_rows=100_000)
-            cpu["limit_100k"].append(small_used)
-            results["limit_100k_s"].append(round(small_elapsed, 2))
+            # The same insert in parts no larger than ingest's batches.
+            small_elapsed, small_used = run_limit(*exported[0], args.events, squash_rows=args.batch_rows)
+            cpu["limit_batch"].append(small_used)
+            results["limit_batch_s"].append(round(small_elapsed, 2))
             print(f"run {i + 1}: inferlog {elapsed:.2f}s (exit {rc}) cpu {cpu['inferlog'][-1]}, "
                   f"{side} {other_elapsed:.2f}s cpu {used}, limit {limit_elapsed:.2f}s cpu {limit_used}, "
-                  f"limit_100k {small_elapsed:.2f}s cpu {small_used}", file=sys.stderr)
+                  f"limit_batch {small_elapsed:.2f}s cpu {small_used}", file=sys.stderr)
         inf = args.events / statistics.median(results["inferlog_s"])
         theirs = args.events / statistics.median(results[f"{side}_s"])
         limit = args.events / statistics.median(results["limit_s"])
-        small = args.events / statistics.median(results["limit_100k_s"])
+        small = args.events / statistics.median(results["limit_batch_s"])
         results.update({"inferlog_events_per_s": round(inf), f"{side}_events_per_s": round(theirs), "ratio": round(inf / theirs, 3),
                         "limit_events_per_s": round(limit), "inferlog_of_limit": round(inf / limit, 3),
-                        "limit_100k_events_per_s": round(small), "inferlog_of_limit_100k": round(inf / small, 3)})
+                        "limit_batch_events_per_s": round(small), "inferlog_of_limit_batch": round(inf / small, 3)})
         # Median CPU seconds per process over the timed windows, and how many
         # of the machine's cores were busy on average.
         for side, runs in cpu.items():

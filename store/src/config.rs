@@ -432,10 +432,13 @@ impl ColdLocation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct IngestConfig {
-    /// Flush when the batch holds this many rows and rejects. Default: 100000.
+    /// Flush when the batch holds this many rows and rejects. Every insert
+    /// writes a part per day it holds, so a larger batch makes fewer, larger
+    /// parts for ClickHouse to write and merge; ingest holds up to two
+    /// batches' bytes (one filling, one being written). Default: 200000.
     pub batch_max_rows: usize,
     /// Flush when the batch holds this many bytes: rows as encoded for
-    /// ClickHouse (about 330 bytes each) and rejected payloads. Default: 33554432 (32 MiB).
+    /// ClickHouse (about 330 bytes each) and rejected payloads. Default: 67108864 (64 MiB).
     pub batch_max_bytes: usize,
     /// Flush a batch at the latest this long after its first message. Default: "1s".
     #[serde(with = "humantime_serde")]
@@ -477,8 +480,8 @@ pub struct IngestConfig {
 impl Default for IngestConfig {
     fn default() -> Self {
         IngestConfig {
-            batch_max_rows: 100_000,
-            batch_max_bytes: 32 * 1024 * 1024,
+            batch_max_rows: 200_000,
+            batch_max_bytes: 64 * 1024 * 1024,
             batch_max_age: Duration::from_secs(1),
             flush_when_caught_up_rows: 10_000,
             dedup_window: 1_000_000,
