@@ -716,12 +716,14 @@ fn text(g: &Given<'_>, max_chars: usize) -> Result<Option<String>, Rejection> {
     if s.is_empty() {
         return Ok(None);
     }
-    // One pass over the bytes settles the common all-ASCII case; only
-    // non-ASCII text needs the per-character checks.
-    let (mut control, mut non_ascii) = (false, false);
+    // One pass over the bytes settles the common all-ASCII case (only
+    // non-ASCII text needs the per-character checks) and takes the
+    // personal-data pre-check.
+    let (mut control, mut non_ascii, mut signs) = (false, false, pii::Signs::default());
     for &c in s.as_bytes() {
         control |= c < 0x20 || c == 0x7f;
         non_ascii |= c >= 0x80;
+        signs.add(c);
     }
     if control || (non_ascii && s.chars().any(char::is_control)) {
         return Err(Rejection::new(ReasonCode::FieldFormat, name, "contains control characters"));
@@ -730,7 +732,7 @@ fn text(g: &Given<'_>, max_chars: usize) -> Result<Option<String>, Rejection> {
     if chars > max_chars {
         return Err(Rejection::new(ReasonCode::FieldRange, name, format!("is {chars} characters; at most {max_chars}")));
     }
-    if let Some(kind) = pii::detect(s) {
+    if let Some(kind) = signs.detect(s) {
         return Err(Rejection::new(ReasonCode::PiiDetected, name, kind.describe()));
     }
     Ok(Some(s.to_owned()))

@@ -25,20 +25,38 @@ impl PiiKind {
 
 /// Finds the first e-mail address or phone number in `text`.
 pub fn detect(text: &str) -> Option<PiiKind> {
-    let b = text.as_bytes();
-    // Cheap pre-check in one pass: most values have neither '@' nor seven digits.
-    let (mut has_at, mut digit_count) = (false, 0usize);
-    for &c in b {
-        has_at |= c == b'@';
-        digit_count += usize::from(c.is_ascii_digit());
+    let mut signs = Signs::default();
+    text.bytes().for_each(|c| signs.add(c));
+    signs.detect(text)
+}
+
+/// The cheap pre-check, taken byte by byte (so a caller that already
+/// passes over a text's bytes takes it on the way): most values have
+/// neither an '@' nor seven digits, and then hold no personal data.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Signs {
+    at: bool,
+    digits: usize,
+}
+
+impl Signs {
+    #[inline]
+    pub fn add(&mut self, c: u8) {
+        self.at |= c == b'@';
+        self.digits += usize::from(c.is_ascii_digit());
     }
-    if has_at && email_spans(b).next().is_some() {
-        return Some(PiiKind::Email);
+
+    /// [`detect`] on `text`, whose every byte was added.
+    pub fn detect(self, text: &str) -> Option<PiiKind> {
+        let b = text.as_bytes();
+        if self.at && email_spans(b).next().is_some() {
+            return Some(PiiKind::Email);
+        }
+        if self.digits >= 7 && phone_spans(b).next().is_some() {
+            return Some(PiiKind::Phone);
+        }
+        None
     }
-    if digit_count >= 7 && phone_spans(b).next().is_some() {
-        return Some(PiiKind::Phone);
-    }
-    None
 }
 
 /// `bytes` with every e-mail address and phone number that [`detect`]
