@@ -596,24 +596,26 @@ impl<'a> Slots<'a> {
         self.fields[slot as usize].take().filter(|g| g.value != Raw::Null)
     }
 
-    /// Stores a value; a second value for the same slot is a duplicate key
-    /// (same name) or an alias given twice (must agree).
-    fn put(existing: &mut Option<Given<'a>>, given: Given<'a>) -> Result<(), Rejection> {
-        match existing {
-            None => {
-                *existing = Some(given);
-                Ok(())
-            }
-            Some(first) if first.name == given.name => {
-                Err(Rejection::new(ReasonCode::JsonMalformed, given.name, "key given twice in one object (which one a reader keeps is undefined)"))
-            }
-            Some(first) if first.value.same_as(&given.value) => Ok(()),
-            Some(first) => Err(Rejection::new(
-                ReasonCode::UnitsConflict,
-                first.name,
-                format!("{} and {} name the same field with different values", first.name, given.name),
-            )),
+    /// A second value for a slot that holds `first`: a duplicate key (same
+    /// name) or an alias given twice (must agree). Judged by reference:
+    /// the first value is stored where the visitor finds the slot empty,
+    /// without moving either through here.
+    fn second(first: &Given<'a>, given: &Given<'_>) -> Result<(), Rejection> {
+        if first.name == given.name {
+            return Err(Rejection::new(
+                ReasonCode::JsonMalformed,
+                given.name,
+                "key given twice in one object (which one a reader keeps is undefined)",
+            ));
         }
+        if first.value.same_as(&given.value) {
+            return Ok(());
+        }
+        Err(Rejection::new(
+            ReasonCode::UnitsConflict,
+            first.name,
+            format!("{} and {} name the same field with different values", first.name, given.name),
+        ))
     }
 
     /// One duration in ms from whichever units were given, with the name it
@@ -672,13 +674,15 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
             };
             self.current_key = Some(Cow::Borrowed(name));
             let value = map.next_value::<Raw<'de>>()?;
-            // The common case, a first value, is stored here: handing it
-            // to `put` by value cost a store-forwarding stall per key.
-            if target.is_none() {
-                *target = Some(Given { name, value });
-            } else if let Err(rejection) = Slots::put(target, Given { name, value }) {
-                self.rejection = Some(rejection);
-                return Err(de::Error::custom("rejected"));
+            let given = Given { name, value };
+            match target {
+                None => *target = Some(given),
+                Some(first) => {
+                    if let Err(rejection) = Slots::second(first, &given) {
+                        self.rejection = Some(rejection);
+                        return Err(de::Error::custom("rejected"));
+                    }
+                }
             }
             self.current_key = None;
         }
