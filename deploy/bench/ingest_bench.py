@@ -306,29 +306,24 @@ def main():
     p.add_argument("--batch-rows", type=int, default=200_000, help="ingest's batch_max_rows, for limit_batch")
     p.add_argument("--members", type=int, default=1, help="ingest processes on the cluster side of --against cluster")
     args = p.parse_args()
+
+    def inferlog_side(**how):
+        """inferlog-ingest run another way (`run_inferlog`'s keywords): its time, CPU and peak RSS."""
+        def side(topic, workdir):
+            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, **how)
+            return elapsed, used, peak
+        return side
+
     if args.against == "glue":
         other = ("glue", lambda topic, workdir: run_glue(topic, args.events) + (None,))
     elif args.against == "cluster":
-        def on_cluster(topic, workdir):
-            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, cluster=True, members=args.members)
-            return elapsed, used, peak
-        other = (f"cluster_{args.members}_members", on_cluster)
+        other = (f"cluster_{args.members}_members", inferlog_side(cluster=True, members=args.members))
     elif args.against == "env":
-        extra = dict(kv.split("=", 1) for kv in args.other_env)
-        def with_env(topic, workdir):
-            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, extra)
-            return elapsed, used, peak
-        other = ("other_env", with_env)
+        other = ("other_env", inferlog_side(extra_env=dict(kv.split("=", 1) for kv in args.other_env)))
     elif args.against == "bin":
-        def other_bin(topic, workdir):
-            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, bin_dir=args.other_bin)
-            return elapsed, used, peak
-        other = ("other_bin", other_bin)
+        other = ("other_bin", inferlog_side(bin_dir=args.other_bin))
     else:
-        def without(topic, workdir):
-            elapsed, _, used, peak = run_inferlog(topic, args.events, workdir, {"INFERLOG_SERVICE_METRICS__ENABLED": "false"})
-            return elapsed, used, peak
-        other = ("no_service_metrics", without)
+        other = ("no_service_metrics", inferlog_side(extra_env={"INFERLOG_SERVICE_METRICS__ENABLED": "false"}))
     ch("CREATE DATABASE IF NOT EXISTS inferlog_bench")
     with tempfile.TemporaryDirectory() as workdir:
         with open(os.path.join(workdir, "hash.key"), "w") as f:
