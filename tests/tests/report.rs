@@ -641,6 +641,29 @@ fn compare_marks_the_version_slower_on_long_inputs_and_compares_its_shadow_pairs
     assert!(text.contains("Mood's quantile test"), "the text names its test: {text}");
 }
 
+/// `ms` more in the queue: the request's TTFT and total latency grow with it.
+fn queue_longer(e: &mut InferenceEvent, ms: f64) {
+    e.queue_wait_ms = Some(e.queue_wait_ms.unwrap_or(0.0) + ms);
+    e.ttft_ms = e.ttft_ms.map(|v| v + ms);
+    e.total_latency_ms += ms;
+}
+
+/// The diagnosis path of a `diagnose` document, required to pass the
+/// success rate and stop at a worse TTFT p99; its TTFT step.
+fn ttft_step(doc: &Value) -> Value {
+    let path = rows(doc, "diagnosis");
+    let steps: Vec<(&str, &str)> = path.iter().map(|r| (r["step"].as_str().unwrap_or(""), r["verdict"].as_str().unwrap_or(""))).collect();
+    assert_eq!(steps, [("success rate", "fine"), ("TTFT p99", "worse")], "{path:?}");
+    path[1].clone()
+}
+
+/// How many more of `current` lie above `split` than `before`'s share
+/// above it predicts: a range's excess tail, computed from the events.
+fn excess_above(split: f64, before: &[f64], current: &[f64]) -> f64 {
+    let above = |v: &[f64]| v.iter().filter(|x| **x > split).count() as f64;
+    above(current) - current.len() as f64 * above(before) / before.len() as f64
+}
+
 /// In the last three days, requests of 8k-32k input tokens wait 3 s more
 /// in the queue. `diagnose` must pass the success rate, stop at TTFT p99,
 /// and name that input bucket and the queue, with the p99s and the share
@@ -649,17 +672,12 @@ fn compare_marks_the_version_slower_on_long_inputs_and_compares_its_shadow_pairs
 fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
     let (s, events, t) = scenario_with("report_diagnose", 24_000, 6, 73, |events, t| {
         for e in events.iter_mut().filter(|e| day_of(e) >= t - 3 && input_bucket(e) == "8k-32k" && e.ttft_ms.is_some()) {
-            e.queue_wait_ms = Some(e.queue_wait_ms.unwrap_or(0.0) + 3000.0);
-            e.ttft_ms = e.ttft_ms.map(|v| v + 3000.0);
-            e.total_latency_ms += 3000.0;
+            queue_longer(e, 3000.0);
         }
     });
     let (from, to) = (day_string(t - 3), day_string(t - 1));
     let doc = report_json(&s, &["--from", &from, "--to", &to, "diagnose"], "diagnose.log");
-    let path = rows(&doc, "diagnosis");
-    let steps: Vec<(&str, &str)> = path.iter().map(|r| (r["step"].as_str().unwrap_or(""), r["verdict"].as_str().unwrap_or(""))).collect();
-    assert_eq!(steps, [("success rate", "fine"), ("TTFT p99", "worse")], "{path:?}");
-    let ttft = &path[1];
+    let ttft = &ttft_step(&doc);
     assert_eq!((ttft["dimension"].as_str(), ttft["value"].as_str()), (Some("input bucket"), Some("8k-32k")), "{ttft}");
     assert!(ttft["stage"].as_str().is_some_and(|s| s.starts_with("queue p99")), "{ttft}");
 
@@ -671,11 +689,10 @@ fn diagnose_stops_at_ttft_and_names_the_input_bucket_that_queues() {
     within_1pct(f(&ttft["previous"]), split, "previous TTFT p99");
     within_1pct(f(&ttft["current"]), exact(&mut current, 0.99), "current TTFT p99");
     // The excess tail above the previous p99, and the 8k-32k bucket's part of it.
-    let above = |v: &[f64]| v.iter().filter(|x| **x > split).count() as f64;
-    let excess = above(&current) - current.len() as f64 * above(&before) / before.len() as f64;
+    let excess = excess_above(split, &before, &current);
     let bucket = |e: &&InferenceEvent| input_bucket(e) == "8k-32k";
     let (b_now, b_before) = (ttfts(&|e| now(e) && bucket(e)), ttfts(&|e| !now(e) && bucket(e)));
-    let part = above(&b_now) - b_now.len() as f64 * above(&b_before) / b_before.len() as f64;
+    let part = excess_above(split, &b_before, &b_now);
     let explains = f(&ttft["explains"]);
     assert!((explains - part / excess).abs() < 0.05, "explains {explains}, from the events {}", part / excess);
     let dims = rows(&doc, "diagnosis_dimensions");
@@ -696,29 +713,22 @@ fn diagnose_names_the_gpu_whose_queue_grew() {
     const GPU: u32 = 7;
     let (s, events, t) = scenario_with("report_diagnose_gpu", 36_000, 6, 79, |events, t| {
         for e in events.iter_mut().filter(|e| day_of(e) == t - 1 && e.gpu_id == Some(GPU) && e.ttft_ms.is_some()) {
-            e.queue_wait_ms = Some(e.queue_wait_ms.unwrap_or(0.0) + 3000.0);
-            e.ttft_ms = e.ttft_ms.map(|v| v + 3000.0);
-            e.total_latency_ms += 3000.0;
+            queue_longer(e, 3000.0);
         }
     });
     let day = day_string(t - 1);
     let doc = report_json(&s, &["--from", &day, "--to", &day, "diagnose"], "diagnose.log");
     assert!(tiers(&doc).iter().all(|(_, tier)| tier == "hot"), "both days hot: {:?}", tiers(&doc));
-    let path = rows(&doc, "diagnosis");
-    let steps: Vec<(&str, &str)> = path.iter().map(|r| (r["step"].as_str().unwrap_or(""), r["verdict"].as_str().unwrap_or(""))).collect();
-    assert_eq!(steps, [("success rate", "fine"), ("TTFT p99", "worse")], "{path:?}");
-    let ttft = &path[1];
+    let ttft = &ttft_step(&doc);
     assert_eq!((ttft["dimension"].as_str(), ttft["value"].as_str()), (Some("GPU"), Some("gpu 7")), "{ttft}");
     assert!(ttft["stage"].as_str().is_some_and(|s| s.starts_with("queue p99")), "{ttft}");
 
     let ttfts = |keep: &dyn Fn(&&InferenceEvent) -> bool| events.iter().filter(keep).filter_map(|e| e.ttft_ms).collect::<Vec<f64>>();
     let (mut before, current) = (ttfts(&|e| day_of(e) == t - 2), ttfts(&|e| day_of(e) == t - 1));
     let split = exact(&mut before, 0.99);
-    let above = |v: &[f64]| v.iter().filter(|x| **x > split).count() as f64;
-    let excess = above(&current) - current.len() as f64 * above(&before) / before.len() as f64;
+    let excess = excess_above(split, &before, &current);
     let on_gpu = |d: i32| ttfts(&|e| day_of(e) == d && e.gpu_id == Some(GPU));
-    let (g_now, g_before) = (on_gpu(t - 1), on_gpu(t - 2));
-    let part = above(&g_now) - g_now.len() as f64 * above(&g_before) / g_before.len() as f64;
+    let part = excess_above(split, &on_gpu(t - 2), &on_gpu(t - 1));
     let explains = f(&ttft["explains"]);
     assert!((explains - part / excess).abs() < 0.05, "explains {explains}, from the events {}", part / excess);
     let notes = notes_of(&doc);
