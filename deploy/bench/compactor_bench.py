@@ -71,20 +71,21 @@ def main():
             if os.environ.get("BENCH_ZSTD_LEVEL"):
                 env["INFERLOG_COLD__ZSTD_LEVEL"] = os.environ["BENCH_ZSTD_LEVEL"]
             started = time.monotonic()
-            out = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M", os.path.join(bindir, "inferlog-compactor"),
+            out = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M cpu_s=%U+%S", os.path.join(bindir, "inferlog-compactor"),
                                   "--config", config, "--day", day], env=env, capture_output=True, text=True)
             wall = time.monotonic() - started
             if out.returncode != 0:
                 sys.exit(f"compactor failed:\n{out.stderr[-3000:]}")
             stage = {m.group(1): int(m.group(2)) for m in re.finditer(r'stage="(\w+)".*?elapsed_ms=(\d+)', out.stderr)}
             rss = int(re.search(r"maxrss_kb=(\d+)", out.stderr).group(1)) / 1024
+            user, system = map(float, re.search(r"cpu_s=([\d.]+)\+([\d.]+)", out.stderr).groups())
             parquet_bytes = int(psql(schema, "SELECT sum(bytes) FROM cold_manifest"))
             rows, kept = map(int, psql(schema, "SELECT sum(represented_rows), sum(rows) FROM cold_manifest").split("|"))
             assert rows == args.rows, (rows, args.rows)
             to_verified = (stage["archive"] + stage["verify"]) / 1000
             runs.append({"wall_s": round(wall, 2), "settle_s": stage.get("settle", 0) / 1000, "archive_s": stage["archive"] / 1000, "verify_s": stage["verify"] / 1000,
                          "aggregate_s": stage["aggregate"] / 1000, "rows_per_s_to_verified": round(args.rows / to_verified),
-                         "peak_rss_mb": round(rss, 1), "parquet_bytes": parquet_bytes, "rows_archived": kept})
+                         "peak_rss_mb": round(rss, 1), "compactor_cpu_s": round(user + system, 2), "parquet_bytes": parquet_bytes, "rows_archived": kept})
             with tempfile.TemporaryFile() as sink:
                 started = time.monotonic()
                 subprocess.run(["clickhouse-client", "--query",
@@ -100,6 +101,7 @@ def main():
         "median_settle_s": median("settle_s"), "median_archive_s": median("archive_s"), "median_verify_s": median("verify_s"),
         "median_aggregate_s": median("aggregate_s"), "median_wall_s": median("wall_s"),
         "median_export_s": median("export_s"), "median_archive_verify_of_export": median("archive_verify_of_export"),
+        "median_compactor_cpu_s": median("compactor_cpu_s"),
         "max_peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "parquet_bytes": runs[0]["parquet_bytes"], "json_lines_bytes": json_bytes,
         "json_to_parquet_ratio": round(json_bytes / runs[0]["parquet_bytes"], 2),
