@@ -79,7 +79,8 @@ def retention_bench(days, runs):
             sys.exit(f"retention enforce --dry-run failed ({rc}):\n{err[-2000:]}")
         results["dry_run_s"].append(round(wall, 2))
         results["dry_run_rss_mb"].append(round(rss, 1))
-    subprocess.run(["curl", "-sS", "--data-binary", f"DROP TABLE IF EXISTS inferlog_test.{run}_logs", "http://127.0.0.1:8123/"], check=True)
+    for table in (f"{run}_logs", f"{run}_logs_rejects", f"{run}_logs_offsets"):
+        subprocess.run(["curl", "-sS", "--data-binary", f"DROP TABLE IF EXISTS inferlog_test.{table}", "http://127.0.0.1:8123/"], check=True)
     subprocess.run(["psql", "postgres://postgres@127.0.0.1:5432/inferlog", "-qc", f"DROP SCHEMA IF EXISTS {run} CASCADE"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return results
