@@ -32,6 +32,8 @@ pub struct Rows {
     pub first_offset: i64,
     /// Request-id fingerprint and content hash of each row.
     pub fingerprints: Vec<(u64, u64)>,
+    /// Where each row ends in `bytes` ([`crate::sort`] reorders them).
+    pub ends: Vec<u32>,
 }
 
 /// What is buffered and not yet durable.
@@ -147,9 +149,12 @@ impl Batch {
             bytes: pool.take(capacity),
             first_offset: offset,
             fingerprints: Vec::new(),
+            ends: Vec::new(),
         });
         rows.bytes.extend_from_slice(encoded);
         rows.fingerprints.push((fingerprint, content));
+        // A buffer past 4 GiB (batch_max_bytes is far below) leaves its insert unsorted.
+        rows.ends.push(u32::try_from(rows.bytes.len()).unwrap_or(u32::MAX));
     }
 
     pub fn push_reject(&mut self, reject: Reject, key: PartitionKey) {
@@ -195,12 +200,15 @@ impl Batch {
                 let shard = shard_of(&topic, partition)?;
                 let insert = shards.entry(shard).or_insert_with(|| EncodedRows {
                     chunks: Vec::new(),
+                    ends: Vec::new(),
                     first: (topic.clone(), partition, rows.first_offset),
                     rows: 0,
                     shard,
+                    order: None,
                 });
                 insert.rows += rows.fingerprints.len();
                 insert.chunks.push(rows.bytes.freeze());
+                insert.ends.push(rows.ends);
             }
             out.extend(shards.into_values().map(|rows| (day, rows)));
         }

@@ -34,14 +34,21 @@ use serde::{Deserialize, Serialize};
 use crate::config::ClickHouseConfig;
 use crate::error::IngestError;
 use crate::in_flight::{self, InsertIds};
+use crate::sort::Order;
 
-/// Rows of one UTC day, RowBinary-encoded, as one INSERT: `chunks` are
-/// sent in order (one per partition of the batch, not copied again), and
-/// `first` is the Kafka coordinate of the first row, which a retry looks up
-/// to learn whether the earlier attempt landed.
+/// Rows of one UTC day, RowBinary-encoded, as one INSERT: `chunks` (one
+/// per partition of the batch) are sent in `order` when it is set
+/// ([`Order`], the table's sorting key, copied in pieces), else as they
+/// are; `first` is the Kafka coordinate of the first row, which a retry
+/// looks up to learn whether the earlier attempt landed.
 #[derive(Debug, Clone)]
 pub struct EncodedRows {
     pub chunks: Vec<Bytes>,
+    /// Per chunk, where each of its rows ends (empty: not known, the
+    /// chunks go as they are); [`Order::of`] takes them.
+    pub ends: Vec<Vec<u32>>,
+    /// The rows in the table's order, once the writer computed it.
+    pub order: Option<Arc<Order>>,
     pub first: (Arc<str>, i32, i64),
     pub rows: usize,
     /// The shard whose local table takes them (0 on one server).
@@ -328,8 +335,17 @@ impl ClickHouseSink {
             .insert_formatted_with(tables::HOT.insert_sql(&self.database, table, "RowBinary"))
             .with_setting("query_id", self.ids.attempt(id))
             .with_timeouts(Some(self.request_timeout), Some(self.request_timeout));
-        for chunk in &rows.chunks {
-            insert.send(chunk.clone()).await.map_err(|e| self.error("insert", table, e))?;
+        match &rows.order {
+            Some(order) => {
+                for piece in order.pieces(&rows.chunks) {
+                    insert.send(piece).await.map_err(|e| self.error("insert", table, e))?;
+                }
+            }
+            None => {
+                for chunk in &rows.chunks {
+                    insert.send(chunk.clone()).await.map_err(|e| self.error("insert", table, e))?;
+                }
+            }
         }
         insert.end().await.map_err(|e| self.error("insert", table, e))
     }

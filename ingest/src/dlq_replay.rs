@@ -524,6 +524,9 @@ impl Replay {
                 first: (Arc::from(first.coordinates.topic.as_str()), first.coordinates.partition, first.coordinates.offset),
                 rows: left.len(),
                 shard: 0,
+                // A replay's few rows go as they are.
+                ends: Vec::new(),
+                order: None,
             };
             match self.sink.insert_rows(&rows, &id, false).await {
                 Ok(()) => Ok(()),

@@ -7,7 +7,8 @@
 //! pool; an OTLP message's inference spans each an event, [`otlp`]) → [`pipeline`] (drop unowned partitions' messages, skip replays
 //! and retries, in offset order; [`skew`] of event clocks) → [`batch`]
 //! (per-day batches) → [`writer`] task, one batch in flight:
-//! [`replay_log`] (what the batch covers), [`clickhouse_sink`] (hot rows)
+//! [`replay_log`] (what the batch covers), [`sort`] (each insert's rows
+//! in the table's order), [`clickhouse_sink`] (hot rows)
 //! and [`dlq`] (rejects, as [`redact`] leaves them) → [`commit`].
 //!
 //! Beside the loop: [`broker`] (retried broker round trips), [`lag`]
@@ -50,6 +51,7 @@ pub mod redact;
 pub mod replay_log;
 pub mod service_metrics;
 pub mod skew;
+pub mod sort;
 pub mod source;
 pub mod writer;
 

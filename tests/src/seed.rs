@@ -70,5 +70,5 @@ pub fn encoded(rows: &[HotRow]) -> EncodedRows {
         row.encode(&mut bytes);
     }
     let first = rows.first().map_or_else(|| (Arc::from(""), 0, 0), |r| (r.kafka_topic.clone(), i32::from(r.kafka_partition), r.kafka_offset as i64));
-    EncodedRows { chunks: vec![bytes::Bytes::from(bytes)], first, rows: rows.len(), shard: 0 }
+    EncodedRows { chunks: vec![bytes::Bytes::from(bytes)], ends: Vec::new(), first, rows: rows.len(), shard: 0, order: None }
 }
