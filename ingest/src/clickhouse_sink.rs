@@ -55,6 +55,17 @@ pub struct EncodedRows {
     pub shard: usize,
 }
 
+impl EncodedRows {
+    /// The insert's body: the rows in `order` when it is set, else the
+    /// chunks as they are.
+    pub fn body(&self) -> Box<dyn Iterator<Item = Bytes> + Send + '_> {
+        match &self.order {
+            Some(order) => Box::new(order.pieces(&self.chunks)),
+            None => Box::new(self.chunks.iter().cloned()),
+        }
+    }
+}
+
 /// A Kafka partition number as the tables store it (`UInt16`). Ingest
 /// refuses a partition beyond it when it is assigned, so this never fails
 /// on an owned partition; it is never cast.
@@ -335,17 +346,8 @@ impl ClickHouseSink {
             .insert_formatted_with(tables::HOT.insert_sql(&self.database, table, "RowBinary"))
             .with_setting("query_id", self.ids.attempt(id))
             .with_timeouts(Some(self.request_timeout), Some(self.request_timeout));
-        match &rows.order {
-            Some(order) => {
-                for piece in order.pieces(&rows.chunks) {
-                    insert.send(piece).await.map_err(|e| self.error("insert", table, e))?;
-                }
-            }
-            None => {
-                for chunk in &rows.chunks {
-                    insert.send(chunk.clone()).await.map_err(|e| self.error("insert", table, e))?;
-                }
-            }
+        for piece in rows.body() {
+            insert.send(piece).await.map_err(|e| self.error("insert", table, e))?;
         }
         insert.end().await.map_err(|e| self.error("insert", table, e))
     }

@@ -30,19 +30,18 @@ pub const PIECE_BYTES: usize = 96 * 1024;
 /// A business line, model and version, as a row's key holds them.
 type Series<'a> = (&'a [u8], &'a [u8], &'a [u8]);
 
-/// One row: its chunk and its index there.
+/// One row: its chunk and its bytes there.
 #[derive(Debug, Clone, Copy)]
 struct RowAt {
     chunk: u32,
-    index: u32,
+    start: u32,
+    end: u32,
 }
 
 /// An insert's rows in the table's sorting key.
 #[derive(Debug)]
 pub struct Order {
     rows: Vec<RowAt>,
-    /// Per chunk, where each of its rows ends.
-    ends: Vec<Vec<u32>>,
 }
 
 impl Order {
@@ -50,59 +49,43 @@ impl Order {
     /// chunk); `None` when the two disagree or a row is not one
     /// [`inferlog_store::model::rows::HotRow::encode`] wrote (the insert
     /// then goes in the order it has).
-    pub fn of(chunks: &[Bytes], ends: Vec<Vec<u32>>) -> Option<Order> {
+    pub fn of(chunks: &[Bytes], ends: &[Vec<u32>]) -> Option<Order> {
         if chunks.len() != ends.len() || u32::try_from(chunks.len()).is_err() {
             return None;
         }
-        let mut keys: Vec<(SortKey<'_>, RowAt)> = Vec::with_capacity(ends.iter().map(Vec::len).sum());
-        for (c, (chunk, ends)) in chunks.iter().zip(&ends).enumerate() {
+        // A batch holds a few dozen business line × model × version: each
+        // is numbered as first seen and ranked once, so most comparisons
+        // are of one integer (rank, then second), and only rows of one
+        // series and second compare their request ids.
+        let mut series: HashMap<Series<'_>, u32, foldhash::fast::RandomState> = HashMap::default();
+        let mut keyed: Vec<(u64, &[u8], RowAt)> = Vec::with_capacity(ends.iter().map(Vec::len).sum());
+        for (c, (chunk, ends)) in chunks.iter().zip(ends).enumerate() {
             if ends.last().map_or(0, |&e| e as usize) != chunk.len() {
                 return None;
             }
-            let mut start = 0usize;
-            for (i, &end) in ends.iter().enumerate() {
-                let row = chunk.get(start..end as usize)?;
-                keys.push((SortKey::of_encoded(row)?, RowAt { chunk: c as u32, index: i as u32 }));
-                start = end as usize;
+            let mut start = 0u32;
+            for &end in ends {
+                let key = SortKey::of_encoded(chunk.get(start as usize..end as usize)?)?;
+                let next = series.len() as u32;
+                let seen = *series.entry((key.business_line, key.model_name, key.model_version)).or_insert(next);
+                keyed.push(((u64::from(seen) << 32) | u64::from(key.event_time), key.request_id, RowAt { chunk: c as u32, start, end }));
+                start = end;
             }
         }
-        // A batch holds a few dozen business line × model × version: each
-        // is ranked once, so most comparisons are of one integer (rank,
-        // then second), and only rows of one series and second compare
-        // their request ids.
-        let mut series: HashMap<Series<'_>, u32, foldhash::fast::RandomState> = HashMap::default();
-        let of_row: Vec<u32> = keys
-            .iter()
-            .map(|(key, _)| {
-                let next = series.len() as u32;
-                *series.entry((key.business_line, key.model_name, key.model_version)).or_insert(next)
-            })
-            .collect();
-        let mut names: Vec<_> = series.iter().map(|(name, &i)| (*name, i)).collect();
+        let mut names: Vec<(Series<'_>, u32)> = series.into_iter().collect();
         names.sort_unstable();
         let mut rank = vec![0u32; names.len()];
-        for (r, (_, i)) in names.iter().enumerate() {
-            rank[*i as usize] = r as u32;
+        for (r, (_, seen)) in names.iter().enumerate() {
+            rank[*seen as usize] = r as u32;
         }
-        let mut keyed: Vec<(u64, &[u8], RowAt)> = keys
-            .into_iter()
-            .zip(of_row)
-            .map(|((key, at), i)| ((u64::from(rank[i as usize]) << 32) | u64::from(key.event_time), key.request_id, at))
-            .collect();
-        // Ties keep the batch's order: chunk, then index.
+        for (key, _, _) in &mut keyed {
+            *key = (u64::from(rank[(*key >> 32) as usize]) << 32) | (*key & u64::from(u32::MAX));
+        }
+        // Ties keep the batch's order: chunk, then place in it.
         keyed.sort_unstable_by(|(a, a_id, at), (b, b_id, bt)| {
-            a.cmp(b).then_with(|| a_id.cmp(b_id)).then_with(|| (at.chunk, at.index).cmp(&(bt.chunk, bt.index)))
+            a.cmp(b).then_with(|| a_id.cmp(b_id)).then_with(|| (at.chunk, at.start).cmp(&(bt.chunk, bt.start)))
         });
-        Some(Order { rows: keyed.into_iter().map(|(_, _, at)| at).collect(), ends })
-    }
-
-    /// Rows in the order.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        Some(Order { rows: keyed.into_iter().map(|(_, _, at)| at).collect() })
     }
 
     /// The body: the rows of `chunks` (those [`Order::of`] read) in the
@@ -114,9 +97,7 @@ impl Order {
         std::iter::from_fn(move || {
             let mut piece = BytesMut::with_capacity(PIECE_BYTES);
             while let Some(at) = self.rows.get(next) {
-                let ends = &self.ends[at.chunk as usize];
-                let start = if at.index == 0 { 0 } else { ends[at.index as usize - 1] as usize };
-                let row = &chunks[at.chunk as usize][start..ends[at.index as usize] as usize];
+                let row = &chunks[at.chunk as usize][at.start as usize..at.end as usize];
                 if !piece.is_empty() && piece.len() + row.len() > PIECE_BYTES {
                     break;
                 }
@@ -202,12 +183,12 @@ mod tests {
                 ))
             });
             let expected: Vec<u8> = expected.into_iter().flat_map(|(_, e)| e).collect();
-            let order = Order::of(&chunks, ends.clone()).unwrap_or_else(|| panic!("seed {seed}: rows read"));
+            let order = Order::of(&chunks, &ends).unwrap_or_else(|| panic!("seed {seed}: rows read"));
             let pieces: Vec<Bytes> = order.pieces(&chunks).collect();
             assert!(pieces.iter().all(|p| p.len() <= PIECE_BYTES), "seed {seed}: pieces bounded");
             let body: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
             assert_eq!(body, expected, "seed {seed}: the rows, each once, in the table's order, ties in the batch's");
-            let again: Vec<u8> = Order::of(&chunks, ends).expect("rows").pieces(&chunks).flat_map(|p| p.to_vec()).collect();
+            let again: Vec<u8> = Order::of(&chunks, &ends).expect("rows").pieces(&chunks).flat_map(|p| p.to_vec()).collect();
             assert_eq!(again, body, "seed {seed}: a retry sends the same bytes");
         }
     }
@@ -218,10 +199,10 @@ mod tests {
         let mut encoded = Vec::new();
         row(&mut state, 0, 0).encode(&mut encoded);
         let chunks = vec![Bytes::from(encoded.clone())];
-        assert!(Order::of(&chunks, vec![vec![encoded.len() as u32]]).is_some());
-        assert!(Order::of(&chunks, vec![vec![encoded.len() as u32 - 1]]).is_none(), "ends short of the chunk");
-        assert!(Order::of(&chunks, vec![]).is_none(), "no ends for a chunk");
-        assert!(Order::of(&[Bytes::from_static(&[0; 8])], vec![vec![8]]).is_none(), "not a row");
+        assert!(Order::of(&chunks, &[vec![encoded.len() as u32]]).is_some());
+        assert!(Order::of(&chunks, &[vec![encoded.len() as u32 - 1]]).is_none(), "ends short of the chunk");
+        assert!(Order::of(&chunks, &[]).is_none(), "no ends for a chunk");
+        assert!(Order::of(&[Bytes::from_static(&[0; 8])], &[vec![8]]).is_none(), "not a row");
     }
 
     #[test]
@@ -234,7 +215,7 @@ mod tests {
             ends.push(chunk.len() as u32);
         }
         let chunks = vec![Bytes::from(chunk)];
-        let order = Order::of(&chunks, vec![ends]).expect("rows");
+        let order = Order::of(&chunks, &[ends]).expect("rows");
         let sizes: Vec<usize> = order.pieces(&chunks).map(|p| p.len()).collect();
         let (last, full) = sizes.split_last().expect("pieces");
         assert!(!full.is_empty() && full.iter().all(|&s| s <= PIECE_BYTES && s > PIECE_BYTES - 400), "{sizes:?}");

@@ -144,7 +144,7 @@ impl Writer {
         // tens of milliseconds for a 200,000-row batch. Without it the
         // chunks go as they are.
         let (chunks, ends) = (rows.chunks.clone(), std::mem::take(&mut rows.ends));
-        rows.order = tokio::task::spawn_blocking(move || Order::of(&chunks, ends).map(Arc::new)).await.ok().flatten();
+        rows.order = tokio::task::spawn_blocking(move || Order::of(&chunks, &ends).map(Arc::new)).await.ok().flatten();
         let rows = Arc::new(rows);
         let attempt = rows.clone();
         let id = self.sink.insert_id();
