@@ -18,11 +18,14 @@ was not delivered, and fails if the broker still does not deliver it.
   kafkatool.py watermarks --topic T              prints {partition: [log start, end]}
   kafkatool.py scram-user --user U --password-file F
                                                  creates or updates a SCRAM-SHA-512 user
-  kafkatool.py deny-write --user U --prefix P    lets U do anything on topics named P* but write
+  kafkatool.py deny-write --user U --prefix P [--operation OP]
+                                                 lets U do anything on topics named P* but write
+                                                 (or OP, e.g. DESCRIBE_CONFIGS)
   kafkatool.py delete-topics TOPIC...            deletes topics
   kafkatool.py delete-records --topic T          deletes every message T holds (as its retention would)
   kafkatool.py produce --topic T --key-bytes N FILE
                                                  keys every message with N bytes instead of its request_id
+  kafkatool.py produce-records --topic T FILE   one JSON record a line: value or value_hex, key, headers
   kafkatool.py produce --topic T --timestamp-ms MS FILE
                                                  gives every message the create time MS (epoch ms)
 """
@@ -98,8 +101,13 @@ def produce(args):
             line = line.rstrip(b"\n")
             if not line:
                 continue
+            if args.hex:
+                # Binary messages (OTLP protobuf) arrive one hex line each.
+                line = bytes.fromhex(line.decode())
             if args.key_bytes:
                 key = b"k" * args.key_bytes
+            elif args.hex:
+                key = None
             else:
                 m = REQUEST_ID.search(line)
                 key = m.group(1) if m else None
@@ -118,6 +126,29 @@ def produce(args):
     remaining = producer.flush(120)
     if remaining or failures:
         print(f"produce failed: {remaining} undelivered, {len(failures)} errors: {failures[:3]}", file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps({"produced": sent}))
+
+
+def produce_records(args):
+    """Each line a JSON record: {"value": text | "value_hex": hex, "key": text,
+    "headers": {name: text}}; produced in order, acknowledged by all replicas."""
+    producer = Producer({"bootstrap.servers": brokers(args), "acks": "all", "linger.ms": 5})
+    failures = []
+    sent = 0
+    with open(args.file, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            value = bytes.fromhex(record["value_hex"]) if "value_hex" in record else record.get("value", "").encode()
+            key = record.get("key")
+            headers = [(k, v.encode()) for k, v in (record.get("headers") or {}).items()]
+            producer.produce(args.topic, value, key=key.encode() if key is not None else None, headers=headers,
+                             on_delivery=lambda err, _m: err is not None and failures.append(err))
+            sent += 1
+    if producer.flush(60) or failures:
+        print(f"produce failed: {failures[:3]}", file=sys.stderr)
         sys.exit(1)
     print(json.dumps({"produced": sent}))
 
@@ -288,16 +319,16 @@ def scram_user(args):
 
 
 def deny_write(args):
-    """ACLs on topics named PREFIX*: ALLOW ALL and DENY WRITE for User:U
-    (a deny wins). Idempotent."""
+    """ACLs on topics named PREFIX*: ALLOW ALL and DENY OPERATION (WRITE
+    unless told) for User:U (a deny wins). Idempotent."""
     from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
     admin = AdminClient({"bootstrap.servers": brokers(args)})
     principal = f"User:{args.user}"
     bindings = [AclBinding(ResourceType.TOPIC, args.prefix, ResourcePatternType.PREFIXED, principal, "*", operation, permission)
-                for operation, permission in ((AclOperation.ALL, AclPermissionType.ALLOW), (AclOperation.WRITE, AclPermissionType.DENY))]
+                for operation, permission in ((AclOperation.ALL, AclPermissionType.ALLOW), (AclOperation[args.operation], AclPermissionType.DENY))]
     for future in admin.create_acls(bindings).values():
         future.result()
-    print(f"ACLs set: {principal} may not write topics {args.prefix}*", file=sys.stderr)
+    print(f"ACLs set: {principal} may not {args.operation} topics {args.prefix}*", file=sys.stderr)
 
 
 def delete_topics(args):
@@ -324,6 +355,7 @@ def main():
     c.add_argument("--topic", required=True)
     c.add_argument("--key-bytes", type=int, default=0)
     c.add_argument("--timestamp-ms", type=int, default=0)
+    c.add_argument("--hex", action="store_true", help="each line is one message's bytes in hex (binary payloads)")
     c.add_argument("file")
     c.set_defaults(func=produce)
     for name, func in (("read", read), ("count", count)):
@@ -354,9 +386,14 @@ def main():
     c.add_argument("--user", required=True)
     c.add_argument("--password-file", required=True)
     c.set_defaults(func=scram_user)
+    c = sub.add_parser("produce-records")
+    c.add_argument("--topic", required=True)
+    c.add_argument("file")
+    c.set_defaults(func=produce_records)
     c = sub.add_parser("deny-write")
     c.add_argument("--user", required=True)
     c.add_argument("--prefix", required=True)
+    c.add_argument("--operation", default="WRITE", help="the AclOperation denied (WRITE, DESCRIBE_CONFIGS, ...)")
     c.set_defaults(func=deny_write)
     c = sub.add_parser("delete-records")
     c.add_argument("--topic", required=True)

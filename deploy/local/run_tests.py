@@ -52,6 +52,8 @@ NEEDS = {
     **{name: {"kafka", "clickhouse"} for name in
        ["ingest", "ingest_crash", "ingest_dlq", "ingest_rebalance", "ingest_startup", "ingest_clickhouse_outage",
         "service_metrics", "otlp"]},
+    # Its fault proxy stands in front of the shared ClickHouse; dlq replay's ledger is in Postgres.
+    "fault_matrix": {"kafka", "clickhouse", "postgres"},
 }
 # Seconds each took in a run on the 2-core machine kind (2026-12-03): the
 # order binaries start in. Unit-test binaries (not listed) take under 1 s.
@@ -59,7 +61,7 @@ LONGEST = {
     "kafka_broker": 223, "ingest_rebalance": 172, "ingest": 123, "ingest_clickhouse_outage": 103,
     "compactor_s3_outage": 92, "e2e_faults": 74, "ingest_dlq": 60, "compactor": 56, "retention": 54,
     "ingest_crash": 48, "e2e": 42, "kafka_security": 40, "ingest_startup": 29, "erase": 25, "report": 15, "sampling": 60,
-    "rollups": 6, "service_metrics": 40, "otlp": 45, "cluster": 260,
+    "rollups": 6, "service_metrics": 40, "otlp": 45, "cluster": 260, "fault_matrix": 240,
 }
 
 

@@ -599,6 +599,11 @@ kafka_user() {
   # named nodlq-*: the test of a DLQ that refuses inferlog's writes.
   python3 "$repo/deploy/local/kafkatool.py" scram-user --user inferlog-nodlq --password-file "$dir/kafka.password"
   python3 "$repo/deploy/local/kafkatool.py" deny-write --user inferlog-nodlq --prefix nodlq-
+  # A third user that may write topics named nodesc-* but not read their
+  # configs (DescribeConfigs): the test of a DLQ whose max.message.bytes
+  # inferlog cannot ask for, where the broker's refusal is the answer.
+  python3 "$repo/deploy/local/kafkatool.py" scram-user --user inferlog-nodescribe --password-file "$dir/kafka.password"
+  python3 "$repo/deploy/local/kafkatool.py" deny-write --user inferlog-nodescribe --prefix nodesc- --operation DESCRIBE_CONFIGS
 }
 
 stop_kafka() { # TERM (a controlled shutdown) or KILL (a crash)

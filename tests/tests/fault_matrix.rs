@@ -1,0 +1,412 @@
+//! The fault matrix: inputs × writers × faults on the real services, each
+//! cell a Jepsen-style run. A workload whose every write is known
+//! ([`Workload`]: events around the last UTC midnight, so an OTLP message's
+//! spans go to two day inserts, one in seven refused as `error_code.unknown`);
+//! a fault injected while the writer runs, through the fault proxy in front
+//! of ClickHouse ([`FaultProxy`]) or by `kill -9`; and a checker that
+//! compares the final state with the workload, never with inferlog's
+//! counters, on a hot table no merge can collapse: every valid event stored
+//! once, every invalid one in the DLQ (by its source coordinates), offsets
+//! committed to the end, and for `dlq replay` the ledger equal to what the
+//! hot table holds.
+//!
+//! - inputs: `json`, `otlp_proto`, `otlp_json`;
+//! - writers: the ingest daemon with two members of one group; `dlq replay`
+//!   after the config fix that makes the refused events valid;
+//! - faults: `kill -9` at a seeded random moment; a ClickHouse outage (every
+//!   request blackholed) longer than `max.poll.interval.ms` with a member
+//!   joining during it; the second of two concurrent day inserts refused,
+//!   then accepted; the answer to an insert lost after the server stored it.
+//!
+//! Each cell prints one line (`cell input=… writer=… fault=… tier=… seed=…
+//! stored=… duplicates=… missing=… dlq=… seconds=…`), and appends it to
+//! `$INFERLOG_MATRIX_REPORT` when set. `.ci/run` runs the cells of
+//! [`CI_CELLS`], in which every input, writer and fault appears;
+//! `deploy/local/faults.sh` runs the whole matrix with a seed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use inferlog_tests::faults::{Fault, FaultProxy, Rule};
+use inferlog_tests::otlp::{Input, Workload, UNKNOWN_CODE};
+use inferlog_tests::{clickhouse, committed, log_ends, read_topic_values, test_rng, wait_for, wait_with_limit, Scenario};
+use rand::Rng as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    Ingest,
+    Replay,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FaultKind {
+    Kill9,
+    Outage,
+    DayInsertRefused,
+    AnswerLost,
+}
+
+impl Writer {
+    const ALL: [Writer; 2] = [Writer::Ingest, Writer::Replay];
+    fn name(self) -> &'static str {
+        match self {
+            Writer::Ingest => "ingest",
+            Writer::Replay => "dlq_replay",
+        }
+    }
+}
+
+impl FaultKind {
+    const ALL: [FaultKind; 4] = [FaultKind::Kill9, FaultKind::Outage, FaultKind::DayInsertRefused, FaultKind::AnswerLost];
+    fn name(self) -> &'static str {
+        match self {
+            FaultKind::Kill9 => "kill9",
+            FaultKind::Outage => "outage",
+            FaultKind::DayInsertRefused => "day_insert_refused",
+            FaultKind::AnswerLost => "answer_lost",
+        }
+    }
+}
+
+/// The cells `.ci/run` runs: each input, writer and fault at least once.
+const CI_CELLS: [(Input, Writer, FaultKind); 6] = [
+    (Input::OtlpProto, Writer::Ingest, FaultKind::DayInsertRefused),
+    (Input::OtlpJson, Writer::Ingest, FaultKind::AnswerLost),
+    (Input::Json, Writer::Ingest, FaultKind::Kill9),
+    (Input::Json, Writer::Ingest, FaultKind::Outage),
+    (Input::OtlpProto, Writer::Replay, FaultKind::Kill9),
+    (Input::OtlpJson, Writer::Replay, FaultKind::DayInsertRefused),
+];
+
+/// Spans a message of an OTLP workload.
+const PER_MESSAGE: usize = 20;
+/// One event in this many is refused (`error_code.unknown`).
+const INVALID_EVERY: usize = 7;
+
+/// What the checker found.
+#[derive(Debug, Default)]
+struct Outcome {
+    stored: usize,
+    duplicates: usize,
+    missing: usize,
+    unexpected: usize,
+    dlq: usize,
+    dlq_missing: usize,
+    ledger: Option<(usize, usize)>,
+    uncommitted: Vec<(i64, i64)>,
+}
+
+/// One cell's run: the scenario, the proxy inferlog talks to ClickHouse
+/// through, the workload.
+struct Cell {
+    s: Scenario,
+    proxy: FaultProxy,
+    workload: Workload,
+    name: String,
+    seed: u64,
+    rng: rand::rngs::StdRng,
+    started: Instant,
+    /// What happened that the checker does not count (a member fenced).
+    notes: Vec<String>,
+}
+
+impl Cell {
+    fn new(input: Input, writer: Writer, fault: FaultKind) -> Cell {
+        inferlog_tests::clear_of_midnight();
+        let name = format!("cell input={} writer={} fault={} tier=single", input.encoding(), writer.name(), fault.name());
+        let (rng, seed) = test_rng(&name);
+        let encodings = if input == Input::Json { String::new() } else { format!("encodings = {{ \"TOPIC\" = \"{}\" }}\n", input.encoding()) };
+        // A short poll interval: the outage outlasts it.
+        let kafka = format!("{encodings}options = {{ \"max.poll.interval.ms\" = \"8000\" }}\n");
+        let s = Scenario::with_kafka("matrix", 2, &kafka, "batch_max_rows = 2000\n");
+        let config = std::fs::read_to_string(&s.config).expect("config").replace("\"TOPIC\"", &format!("\"{}\"", s.topic));
+        std::fs::write(&s.config, config).expect("config");
+        s.create_plain_hot_table();
+        let count = if input == Input::Json { 3_000 } else { 6_000 };
+        let workload = Workload::around_midnight(input, count, PER_MESSAGE, INVALID_EVERY, seed, &s.table);
+        Cell { s, proxy: FaultProxy::clickhouse(), workload, name, seed, rng, started: Instant::now(), notes: Vec::new() }
+    }
+
+    /// The hot table's INSERTs (not the replay log's or the rejects log's).
+    fn hot_insert(&self) -> String {
+        format!("INSERT INTO inferlog_test.{} (", self.s.table)
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        // A short request timeout: a blackholed request fails in seconds.
+        vec![("INFERLOG_CLICKHOUSE__URL".into(), self.proxy.url()), ("INFERLOG_CLICKHOUSE__REQUEST_TIMEOUT".into(), "5s".into())]
+    }
+
+    /// A member talking to ClickHouse directly, not through the proxy.
+    fn spawn_direct(&self, log: &str, idle: Option<&str>) -> Child {
+        self.s.spawn_ingest_with(idle, log, &[("INFERLOG_CLICKHOUSE__REQUEST_TIMEOUT", "5s")])
+    }
+
+    fn spawn(&self, log: &str, idle: Option<&str>) -> Child {
+        let env = self.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.s.spawn_ingest_with(idle, log, &env)
+    }
+
+    fn logs(&self) -> String {
+        ["a.log", "b.log", "b2.log", "a2.log", "replay.log"].iter().map(|l| format!("--- {l}\n{}", self.s.log(l))).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Waits until the first INSERT into the hot table went through the proxy.
+    fn wait_first_insert(&self) {
+        let insert = self.hot_insert();
+        wait_for(Duration::from_secs(60), || self.proxy.seen(&insert) >= 1, || self.logs());
+    }
+
+    /// The ingest daemon, two members, with `fault` injected while they run.
+    fn ingest(&mut self, fault: FaultKind) {
+        let insert = self.hot_insert();
+        match fault {
+            FaultKind::DayInsertRefused => self.proxy.add(Rule::nth(&insert, 2, Fault::Reset { after: Duration::from_secs(1) })),
+            FaultKind::AnswerLost => {
+                self.proxy.add(Rule::nth(&insert, 1, Fault::LoseAnswer));
+                self.proxy.add(Rule::nth(&insert, 4, Fault::LoseAnswer));
+            }
+            FaultKind::Kill9 | FaultKind::Outage => {}
+        }
+        self.workload.produce(self.s.dir.path(), &self.s.topic);
+        let mut a = self.spawn("a.log", Some("8s"));
+        // The second member joins once the first is writing: the first
+        // batch's two day inserts are the first member's.
+        self.wait_first_insert();
+        let mut b = match fault {
+            FaultKind::Outage => {
+                // The first member's path to ClickHouse is cut (every request
+                // blackholed) for twice max.poll.interval.ms, and a member with
+                // its own path joins meanwhile: a rebalance whose revocation
+                // waits on a write that cannot end, until the group removes
+                // the first member and gives its partitions to the second.
+                self.proxy.add(Rule { pattern: String::new(), skip: 0, times: usize::MAX, fault: Fault::Blackhole });
+                std::thread::sleep(Duration::from_secs(1));
+                let b = self.spawn_direct("b.log", Some("8s"));
+                std::thread::sleep(Duration::from_secs(16));
+                self.proxy.clear();
+                b
+            }
+            FaultKind::Kill9 => {
+                let b = self.spawn("b.log", Some("8s"));
+                let after = Duration::from_millis(self.rng.gen_range(200..3_000));
+                std::thread::sleep(after);
+                a.kill().expect("kill -9");
+                let _ = a.wait();
+                a = self.spawn("a2.log", Some("8s"));
+                b
+            }
+            _ => self.spawn("b.log", Some("8s")),
+        };
+        let status = wait_with_limit(&mut a, Duration::from_secs(300));
+        // Fenced (its revocation outlived the group's patience): exit 75, restarted below.
+        let fenced = fault == FaultKind::Outage && status.code() == Some(75);
+        assert!(status.success() || fenced, "{}: the first member exited {status}: {}", self.name, self.logs());
+        if fenced {
+            self.notes.push("fenced".into());
+        }
+        let status = wait_with_limit(&mut b, Duration::from_secs(300));
+        assert!(status.success(), "{}: the second member exited {status}: {}", self.name, self.logs());
+        // A member may leave before the other drained: one more pass drains the rest.
+        let mut last = self.spawn("a2.log", Some("6s"));
+        let status = wait_with_limit(&mut last, Duration::from_secs(300));
+        assert!(status.success(), "{}: the last pass exited {status}: {}", self.name, self.logs());
+    }
+
+    /// The config `dlq replay` runs with: the unknown code known, the ledger in Postgres.
+    fn fixed_config(&self) -> std::path::PathBuf {
+        let fixed = self.s.dir.path().join("fixed.toml");
+        let base = std::fs::read_to_string(&self.s.config).expect("config");
+        std::fs::write(
+            &fixed,
+            format!(
+                "{base}\n[postgres]\nurl = \"{}\"\nschema = \"{}\"\n\n[schema.error_codes]\n\"{UNKNOWN_CODE}\" = \"kv_cache_evicted\"\n",
+                inferlog_tests::tiers::postgres_url(),
+                self.schema()
+            ),
+        )
+        .expect("write config");
+        fixed
+    }
+
+    fn schema(&self) -> String {
+        self.s.table.to_ascii_lowercase()
+    }
+
+    fn replay_command(&self, fixed: &std::path::Path) -> Command {
+        let mut cmd = Command::new(inferlog_tests::bin("inferlog-ingest"));
+        cmd.arg("--config").arg(fixed).args(["dlq", "replay", "--format", "json", "--batch", "200"]);
+        cmd.env("INFERLOG_HASH_KEY_FILE", self.s.dir.path().join("hash.key")).env_remove("INFERLOG_HASH_KEY").env_remove("INFERLOG_CONFIG");
+        cmd.env("INFERLOG_CLICKHOUSE__URL", self.proxy.url()).env("INFERLOG_CLICKHOUSE__REQUEST_TIMEOUT", "5s");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.s.dir.path().join("replay.log")).expect("log file");
+        cmd.stderr(log).stdout(std::process::Stdio::null());
+        cmd
+    }
+
+    /// Ingest without faults fills the DLQ; then `dlq replay` with the fix,
+    /// with `fault` injected while it runs, and again to its end.
+    fn replay(&mut self, fault: FaultKind) {
+        self.workload.produce(self.s.dir.path(), &self.s.topic);
+        let mut a = self.spawn("a.log", Some("6s"));
+        let status = wait_with_limit(&mut a, Duration::from_secs(300));
+        assert!(status.success(), "{}: ingest exited {status}: {}", self.name, self.logs());
+        let fixed = self.fixed_config();
+        let insert = self.hot_insert();
+        let seen = self.proxy.seen(&insert);
+        match fault {
+            FaultKind::DayInsertRefused => self.proxy.add(Rule::nth(&insert, 2, Fault::Reset { after: Duration::from_millis(300) })),
+            FaultKind::AnswerLost => self.proxy.add(Rule::nth(&insert, 1, Fault::LoseAnswer)),
+            FaultKind::Kill9 | FaultKind::Outage => {}
+        }
+        let mut replay = self.replay_command(&fixed).spawn().expect("dlq replay");
+        match fault {
+            FaultKind::Kill9 => {
+                wait_for(Duration::from_secs(60), || self.proxy.seen(&insert) > seen || replay.try_wait().ok().flatten().is_some(), || self.logs());
+                std::thread::sleep(Duration::from_millis(self.rng.gen_range(0..1_500)));
+                let _ = replay.kill();
+                let _ = replay.wait();
+            }
+            FaultKind::Outage => {
+                wait_for(Duration::from_secs(60), || self.proxy.seen(&insert) > seen, || self.logs());
+                self.proxy.add(Rule { pattern: String::new(), skip: 0, times: usize::MAX, fault: Fault::Blackhole });
+                std::thread::sleep(Duration::from_secs(10));
+                self.proxy.clear();
+                let status = wait_with_limit(&mut replay, Duration::from_secs(300));
+                assert!(status.success(), "{}: the replay exited {status}: {}", self.name, self.logs());
+            }
+            _ => {
+                let status = wait_with_limit(&mut replay, Duration::from_secs(300));
+                assert!(status.success(), "{}: the replay exited {status}: {}", self.name, self.logs());
+            }
+        }
+        // The run after: finishes what a killed one left, stores nothing twice.
+        let status = self.replay_command(&fixed).status().expect("dlq replay");
+        assert!(status.success(), "{}: the second replay exited {status}: {}", self.name, self.logs());
+    }
+
+    /// Compares the final state with the workload.
+    fn check(&self, writer: Writer) -> Outcome {
+        let mut expected = self.workload.valid_ids();
+        let invalid = self.workload.invalid_ids();
+        if writer == Writer::Replay {
+            expected.extend(invalid.iter().cloned());
+        }
+        let rows = clickhouse(&format!("SELECT request_id, count() FROM {} GROUP BY request_id FORMAT TSV", self.s.qualified_table()));
+        let stored: BTreeMap<String, usize> =
+            rows.lines().filter_map(|l| l.split_once('\t')).map(|(id, n)| (id.to_owned(), n.parse().expect("count"))).collect();
+        let mut out = Outcome {
+            stored: stored.values().sum(),
+            duplicates: stored.values().map(|n| n - 1).sum(),
+            missing: expected.iter().filter(|id| !stored.contains_key(*id)).count(),
+            unexpected: stored.keys().filter(|id| !expected.contains(*id)).count(),
+            ..Outcome::default()
+        };
+        // The DLQ, by source coordinates (a reject sent again after a kill counts once).
+        let mut in_dlq: BTreeSet<String> = BTreeSet::new();
+        let mut sources = BTreeSet::new();
+        for m in read_topic_values(&self.s.dlq) {
+            let h = &m["headers"];
+            sources.insert(format!("{}/{}/{}", h["inferlog.source.partition"], h["inferlog.source.offset"], h["inferlog.source.span_index"]));
+            let value: serde_json::Value = serde_json::from_str(m["value"].as_str().unwrap_or("{}")).unwrap_or_default();
+            if let Some(id) = value["request_id"].as_str() {
+                in_dlq.insert(id.to_owned());
+            }
+        }
+        out.dlq = sources.len();
+        out.dlq_missing = invalid.iter().filter(|id| !in_dlq.contains(*id)).count();
+        let ends = log_ends(&self.s.topic);
+        let done = committed(&self.s.topic, &self.s.group);
+        out.uncommitted = ends.iter().zip(&done).filter(|(end, c)| end != c).map(|(e, c)| (*e, *c)).collect();
+        if writer == Writer::Replay {
+            let stored_ledger = self.psql("SELECT count(*) FROM dlq_replayed WHERE state = 'stored'");
+            let pending = self.psql("SELECT count(*) FROM dlq_replayed WHERE state = 'pending'");
+            out.ledger = Some((stored_ledger.parse().expect("count"), pending.parse().expect("count")));
+        }
+        out
+    }
+
+    fn psql(&self, sql: &str) -> String {
+        let out = Command::new("psql")
+            .args([&inferlog_tests::tiers::postgres_url(), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-c"])
+            .arg(format!("SET search_path TO \"{}\"; {sql}", self.schema()))
+            .output()
+            .expect("psql");
+        assert!(out.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn report(&self, o: &Outcome) {
+        let line = format!(
+            "{} seed={} stored={} duplicates={} missing={} unexpected={} dlq={} dlq_missing={} ledger={} seconds={:.1}{}",
+            self.name,
+            self.seed,
+            o.stored,
+            o.duplicates,
+            o.missing,
+            o.unexpected,
+            o.dlq,
+            o.dlq_missing,
+            o.ledger.map_or_else(|| "-".to_owned(), |(s, p)| format!("{s}/{p}pending")),
+            self.started.elapsed().as_secs_f64(),
+            self.notes.iter().map(|n| format!(" {n}")).collect::<String>()
+        );
+        #[allow(clippy::print_stdout)] // the cell's line is the matrix's output
+        {
+            println!("{line}");
+        }
+        if let Some(path) = std::env::var_os("INFERLOG_MATRIX_REPORT") {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("matrix report");
+            writeln!(f, "{line}").expect("write the matrix report");
+        }
+    }
+}
+
+/// Runs one cell and asserts its guarantee.
+fn run(input: Input, writer: Writer, fault: FaultKind) {
+    let mut cell = Cell::new(input, writer, fault);
+    match writer {
+        Writer::Ingest => cell.ingest(fault),
+        Writer::Replay => cell.replay(fault),
+    }
+    let fired = cell.proxy.fired();
+    let o = cell.check(writer);
+    cell.report(&o);
+    let context = || format!("{}: {o:?}\nfaults: {fired:?}\n{}", cell.name, cell.logs());
+    if matches!(fault, FaultKind::DayInsertRefused | FaultKind::AnswerLost | FaultKind::Outage) {
+        assert!(!fired.is_empty(), "the fault happened while the writer ran: {}", context());
+    }
+    assert_eq!((o.duplicates, o.missing, o.unexpected), (0, 0, 0), "every valid event stored once: {}", context());
+    assert_eq!(o.dlq_missing, 0, "every invalid event in the DLQ: {}", context());
+    assert_eq!(o.dlq, cell.workload.invalid_ids().len(), "each reject in the DLQ once by its source: {}", context());
+    assert!(o.uncommitted.is_empty(), "offsets committed to the end: {}", context());
+    if let Some((stored, pending)) = o.ledger {
+        assert_eq!((stored, pending), (cell.workload.invalid_ids().len(), 0), "the ledger equals what the hot table holds: {}", context());
+    }
+}
+
+#[test]
+fn ci_cells_of_the_fault_matrix() {
+    for (input, writer, fault) in CI_CELLS {
+        run(input, writer, fault);
+    }
+}
+
+/// Every cell: `deploy/local/faults.sh` runs it (`--ignored`).
+#[test]
+#[ignore = "the whole matrix takes about half an hour: deploy/local/faults.sh"]
+fn the_whole_matrix() {
+    let only = std::env::var("INFERLOG_MATRIX_CELLS").unwrap_or_default();
+    for input in Input::ALL {
+        for writer in Writer::ALL {
+            for fault in FaultKind::ALL {
+                let name = format!("{}/{}/{}", input.encoding(), writer.name(), fault.name());
+                if only.is_empty() || only.split(',').any(|c| name.contains(c)) {
+                    run(input, writer, fault);
+                }
+            }
+        }
+    }
+}
