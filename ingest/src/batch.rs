@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use hashbrown::HashTable;
 use nohash_hasher::IntMap;
 
-use crate::clickhouse_sink::EncodedRows;
+use crate::clickhouse_sink::{EncodedRows, FirstRow};
 use crate::dlq::Reject;
 use crate::error::IngestError;
 use crate::service_metrics::{Observation, Tally};
@@ -29,7 +29,8 @@ pub type PartitionMap<V> = HashMap<PartitionKey, V, foldhash::fast::RandomState>
 #[derive(Debug, Default)]
 pub struct Rows {
     pub bytes: BytesMut,
-    pub first_offset: i64,
+    /// The first row's offset and index in its message.
+    pub first: (i64, u32),
     /// Request-id fingerprint and content hash of each row.
     pub fingerprints: Vec<(u64, u64)>,
     /// Where each row ends in `bytes` ([`crate::sort`] reorders them).
@@ -139,15 +140,16 @@ impl Batch {
     }
 
     /// Adds one row of `day`, RowBinary-encoded, whose request id has
-    /// `fingerprint` and whose content hashes to `content`.
-    pub fn push_row(&mut self, day: u16, encoded: &[u8], (fingerprint, content): (u64, u64), key: PartitionKey, offset: i64) {
+    /// `fingerprint` and whose content hashes to `content`, the event at
+    /// `index` of the message at `offset`.
+    pub fn push_row(&mut self, day: u16, encoded: &[u8], (fingerprint, content): (u64, u64), key: PartitionKey, (offset, index): (i64, u32)) {
         self.touch(key.clone(), offset, encoded.len());
         self.request_ids.insert(fingerprint, content);
         self.rows += 1;
         let (capacity, pool) = (self.group_capacity, &self.pool);
         let rows = self.days.entry(day).or_default().entry(key).or_insert_with(|| Rows {
             bytes: pool.take(capacity),
-            first_offset: offset,
+            first: (offset, index),
             fingerprints: Vec::new(),
             ends: Vec::new(),
         });
@@ -201,7 +203,7 @@ impl Batch {
                 let insert = shards.entry(shard).or_insert_with(|| EncodedRows {
                     chunks: Vec::new(),
                     ends: Vec::new(),
-                    first: (topic.clone(), partition, rows.first_offset),
+                    first: FirstRow { day, topic: topic.clone(), partition, offset: rows.first.0, index: rows.first.1 },
                     rows: 0,
                     shard,
                     order: None,
@@ -405,10 +407,10 @@ mod tests {
     #[test]
     fn rows_are_grouped_by_day_then_partition_and_handed_over_uncopied() {
         let mut batch = Batch::default();
-        batch.push_row(20_000, b"a1", (1, 0), key(1), 10);
-        batch.push_row(20_001, b"b0", (2, 0), key(0), 5);
-        batch.push_row(20_000, b"a0", (3, 0), key(0), 4);
-        batch.push_row(20_000, b"A1", (4, 0), key(1), 11);
+        batch.push_row(20_000, b"a1", (1, 0), key(1), (10, 0));
+        batch.push_row(20_001, b"b0", (2, 0), key(0), (5, 0));
+        batch.push_row(20_000, b"a0", (3, 0), key(0), (4, 0));
+        batch.push_row(20_000, b"A1", (4, 0), key(1), (11, 0));
         batch.push_skipped(key(2), 7);
         assert_eq!((batch.rows, batch.bytes), (4, 8));
         assert_eq!(batch.offsets[&key(1)], (10, 11));
@@ -422,8 +424,8 @@ mod tests {
         assert_eq!(*day, 20_000);
         assert_eq!(rows.rows, 3);
         assert_eq!(rows.chunks, vec![Bytes::from_static(b"a0"), Bytes::from_static(b"a1A1")], "partition order, offset order within");
-        assert_eq!(rows.first, (Arc::from("events"), 0, 4));
-        assert_eq!(days[1].1.first, (Arc::from("events"), 0, 5));
+        assert_eq!(rows.first, FirstRow { day: 20_000, topic: Arc::from("events"), partition: 0, offset: 4, index: 0 });
+        assert_eq!(days[1].1.first, FirstRow { day: 20_001, topic: Arc::from("events"), partition: 0, offset: 5, index: 0 });
         assert!(batch.days.is_empty());
     }
 
@@ -431,7 +433,7 @@ mod tests {
     fn a_days_rows_split_into_one_insert_per_shard_of_their_partitions() {
         let mut batch = Batch::default();
         for (partition, offset) in [(0, 1), (1, 2), (2, 3), (3, 4), (2, 5)] {
-            batch.push_row(20_000, format!("p{partition}o{offset}").as_bytes(), (offset as u64, 0), key(partition), offset);
+            batch.push_row(20_000, format!("p{partition}o{offset}").as_bytes(), (offset as u64, 0), key(partition), (offset, 0));
         }
         // Partitions 0 and 2 on the first shard, 1 and 3 on the second.
         let days = batch.take_days(|_, p| Ok(usize::try_from(p % 2).expect("small"))).expect("mapped");
@@ -444,7 +446,7 @@ mod tests {
             ]
         );
         let mut unmapped = Batch::default();
-        unmapped.push_row(20_000, b"x", (9, 0), key(7), 1);
+        unmapped.push_row(20_000, b"x", (9, 0), key(7), (1, 0));
         let refused = unmapped.take_days(|_, p| Err(IngestError::Config(format!("partition {p} is in no shard"))));
         assert!(refused.is_err_and(|e| e.to_string().contains("partition 7")));
     }
@@ -452,12 +454,13 @@ mod tests {
     #[test]
     fn coverage_names_each_partitions_offsets_and_days() {
         let mut batch = Batch::default();
-        batch.push_row(20_000, b"a", (1, 0), key(1), 10);
-        batch.push_row(20_002, b"b", (2, 0), key(1), 12);
+        batch.push_row(20_000, b"a", (1, 0), key(1), (10, 0));
+        batch.push_row(20_002, b"b", (2, 0), key(1), (12, 0));
         batch.push_skipped(key(0), 3);
         let reject = |offset: i64, received_ms: i64| Reject {
             payload: b"{".to_vec(),
             key: None,
+            headers: Vec::new(),
             original: None,
             rejection: inferlog_schema::Rejection::new(inferlog_schema::ReasonCode::JsonMalformed, "", "x"),
             topic: Arc::from("events"),
@@ -481,8 +484,8 @@ mod tests {
     #[test]
     fn written_buffers_are_written_into_again_up_to_the_bound() {
         let mut batch = Batch::default();
-        batch.push_row(20_000, b"a0", (1, 0), key(0), 1);
-        batch.push_row(20_000, b"b0", (2, 0), key(1), 1);
+        batch.push_row(20_000, b"a0", (1, 0), key(0), (1, 0));
+        batch.push_row(20_000, b"b0", (2, 0), key(1), (1, 0));
         let pool = batch.pool();
         let (_, rows) = batch.take_days(one_server).expect("one shard").remove(0);
         let reusable = rows.chunks[0].as_ptr();
@@ -492,7 +495,7 @@ mod tests {
         assert_eq!(pool.held().0, 1);
 
         let mut next = Batch::sized_like(&batch, 1 << 20);
-        next.push_row(20_001, b"c", (3, 0), key(0), 2);
+        next.push_row(20_001, b"c", (3, 0), key(0), (2, 0));
         assert_eq!(pool.held(), (0, 0), "the new batch took the written buffer");
         let (_, rows) = next.take_days(one_server).expect("one shard").remove(0);
         assert_eq!(rows.chunks, vec![Bytes::from_static(b"c")], "the old rows are gone from it");
@@ -506,9 +509,9 @@ mod tests {
     #[test]
     fn a_revoked_partition_leaves_the_batch_whole() {
         let mut batch = Batch::default();
-        batch.push_row(20_000, b"x", (1, 10), key(0), 1);
-        batch.push_row(20_000, b"y", (2, 20), key(1), 1);
-        batch.push_row(20_001, b"z", (3, 30), key(1), 2);
+        batch.push_row(20_000, b"x", (1, 10), key(0), (1, 0));
+        batch.push_row(20_000, b"y", (2, 20), key(1), (1, 0));
+        batch.push_row(20_001, b"z", (3, 30), key(1), (2, 0));
         batch.drop_partitions(&[("events".into(), 1)]);
         assert_eq!(batch.rows, 1);
         assert_eq!(batch.request_ids.iter().map(|(f, c)| (*f, *c)).collect::<Vec<_>>(), [(1, 10)]);

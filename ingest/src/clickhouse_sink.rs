@@ -36,11 +36,27 @@ use crate::error::IngestError;
 use crate::in_flight::{self, InsertIds};
 use crate::sort::Order;
 
+/// The row that names an insert: one of its rows, by everything that
+/// makes a hot row unique (its day, its message's Kafka coordinates and
+/// its index in the message). A retry looks it up to learn whether the
+/// attempt before landed. The coordinates alone do not name an insert:
+/// the spans of one OTLP message can fall on two UTC days, and the two
+/// days' inserts run side by side; the sibling's rows must not pass for
+/// this insert's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstRow {
+    pub day: u16,
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    /// The event's index in its message: 0 for a JSON event, the span's for OTLP.
+    pub index: u32,
+}
+
 /// Rows of one UTC day, RowBinary-encoded, as one INSERT: `chunks` (one
 /// per partition of the batch) are sent in `order` when it is set
 /// ([`Order`], the table's sorting key, copied in pieces), else as they
-/// are; `first` is the Kafka coordinate of the first row, which a retry
-/// looks up to learn whether the earlier attempt landed.
+/// are; `first` names the insert ([`FirstRow`]).
 #[derive(Debug, Clone)]
 pub struct EncodedRows {
     pub chunks: Vec<Bytes>,
@@ -49,7 +65,7 @@ pub struct EncodedRows {
     pub ends: Vec<Vec<u32>>,
     /// The rows in the table's order, once the writer computed it.
     pub order: Option<Arc<Order>>,
-    pub first: (Arc<str>, i32, i64),
+    pub first: FirstRow,
     pub rows: usize,
     /// The shard whose local table takes them (0 on one server).
     pub shard: usize,
@@ -64,6 +80,16 @@ impl EncodedRows {
             None => Box::new(self.chunks.iter().cloned()),
         }
     }
+}
+
+/// The row a retry looks up ([`ClickHouseSink::landed`]): in the hot
+/// table by its index too; the rejects log has none.
+struct Landed<'a> {
+    day: u16,
+    topic: &'a str,
+    partition: u16,
+    offset: u64,
+    index: Option<u32>,
 }
 
 /// A Kafka partition number as the tables store it (`UInt16`). Ingest
@@ -334,9 +360,16 @@ impl ClickHouseSink {
         if rows.rows == 0 {
             return Ok(());
         }
-        let (topic, partition, offset) = &rows.first;
+        let first = &rows.first;
         let sink = self.shard(rows.shard);
-        if retry && sink.landed(&self.table, id, topic, table_partition(topic, *partition)?, *offset as u64).await? {
+        let row = Landed {
+            day: first.day,
+            topic: &first.topic,
+            partition: table_partition(&first.topic, first.partition)?,
+            offset: first.offset as u64,
+            index: Some(first.index),
+        };
+        if retry && sink.landed(&self.table, id, &row).await? {
             tracing::info!(table = %self.table, rows = rows.rows, shard = rows.shard + 1, "an earlier attempt of this insert landed; not inserting again");
             return Ok(());
         }
@@ -357,18 +390,25 @@ impl ClickHouseSink {
     pub async fn insert_rejects(&self, shard: usize, rows: &[RejectRow], id: &str, retry: bool) -> Result<(), IngestError> {
         let Some(first) = rows.first() else { return Ok(()) };
         let sink = self.shard(shard);
-        if retry && sink.landed(&self.rejects_table, id, &first.kafka_topic, first.kafka_partition, first.kafka_offset).await? {
+        // The rejects log has no index: a message's rejects are received,
+        // and so logged, together (one day, one insert).
+        let row = Landed { day: first.day, topic: &first.kafka_topic, partition: first.kafka_partition, offset: first.kafka_offset, index: None };
+        if retry && sink.landed(&self.rejects_table, id, &row).await? {
             return Ok(());
         }
         sink.insert(&self.rejects_table, rows, id).await
     }
 
-    /// Whether an attempt of insert `id` landed, the one whose first row
-    /// is at `offset`: ends the attempts still running first.
-    async fn landed(&self, table: &str, id: &str, topic: &str, partition: u16, offset: u64) -> Result<bool, IngestError> {
+    /// Whether an attempt of insert `id` landed, the one holding `row`:
+    /// ends the attempts still running first.
+    async fn landed(&self, table: &str, id: &str, row: &Landed<'_>) -> Result<bool, IngestError> {
         in_flight::end_attempts(&self.client, id).await.map_err(|e| self.error("end the attempt before", table, e))?;
-        let sql =
-            format!("SELECT kafka_offset FROM {}.{table} WHERE kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ? LIMIT 1", self.database);
+        let index = row.index.map(|i| format!(" AND kafka_index = {i}")).unwrap_or_default();
+        let sql = format!(
+            "SELECT kafka_offset FROM {}.{table} WHERE day = '{}' AND kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ?{index} LIMIT 1",
+            self.database,
+            inferlog_store::day_string(i32::from(row.day))
+        );
         // Only what reached the quorum: an attempt that timed out waiting
         // for it left its part on one replica, and is sent again (the same
         // block: the replicas refuse it until the part before reaches its
@@ -377,8 +417,13 @@ impl ClickHouseSink {
         if self.config.cluster.is_some() {
             query = query.with_setting("select_sequential_consistency", "1");
         }
-        let rows =
-            query.bind(topic).bind(partition).bind(offset).fetch_all::<OffsetRow>().await.map_err(|e| self.error("landed-check query", table, e))?;
+        let rows = query
+            .bind(row.topic)
+            .bind(row.partition)
+            .bind(row.offset)
+            .fetch_all::<OffsetRow>()
+            .await
+            .map_err(|e| self.error("landed-check query", table, e))?;
         Ok(!rows.is_empty())
     }
 

@@ -75,14 +75,17 @@ pub mod headers {
     pub const ORIGINAL_BYTES: &str = "inferlog.original.bytes";
     /// Hex SHA-256 of the original message, when truncated.
     pub const ORIGINAL_SHA256: &str = "inferlog.original.sha256";
-    /// "redacted" when the payload is not the original message
-    /// (`[kafka] dlq_payload`; the original's size and SHA-256 then follow).
+    /// "redacted" when the payload is not the original message, "none"
+    /// when no payload is kept (an unreadable reject under `[kafka]
+    /// dlq_payload = "redacted"`); the original's size and SHA-256 follow.
     pub const PAYLOAD: &str = "inferlog.payload";
     /// For a refused span of an OTLP message: its index among the
     /// message's spans, and its trace and span ids (hex).
     pub const SOURCE_SPAN_INDEX: &str = "inferlog.source.span_index";
     pub const TRACE_ID: &str = "inferlog.trace_id";
     pub const SPAN_ID: &str = "inferlog.span_id";
+    /// The prefix of a producer header carried (`[kafka] dlq_headers`).
+    pub const CARRIED: &str = "inferlog.header.";
 }
 
 /// A refused span's place in its OTLP message.
@@ -99,6 +102,8 @@ pub struct Reject {
     /// What the DLQ keeps ([`crate::redact`]).
     pub payload: Vec<u8>,
     pub key: Option<Vec<u8>>,
+    /// Producer headers carried (`[kafka] dlq_headers`), as [`headers::CARRIED`]`<name>`.
+    pub headers: Vec<(String, Vec<u8>)>,
     /// The original's size and SHA-256, when `payload` is not the original.
     pub original: Option<crate::redact::Original>,
     pub rejection: Rejection,
@@ -122,10 +127,24 @@ const FRAMING_BYTES: usize = 1024;
 /// rejection's message header, at most.
 const HEADER_KEEP: usize = 1024;
 
+/// The smallest limit a refusal teaches: below it nothing but the framing fits.
+const MIN_LIMIT: usize = FRAMING_BYTES + 64;
+
+/// Refusals one reject may meet while it is cut deeper: each halves what
+/// is sent, so 1,000,000 bytes reach [`MIN_LIMIT`] in fewer.
+const MAX_CUTS: usize = 12;
+
+/// What `r` takes whole, as [`Dlq::fit`] counts it.
+fn whole_bytes(r: &Reject) -> usize {
+    FRAMING_BYTES + r.rejection.message.len() + r.rejection.field.len() + r.key.as_ref().map_or(0, Vec::len) + r.payload.len()
+}
+
 /// A reject too large for the DLQ, written truncated: how it was cut.
 #[derive(Debug, Clone)]
 struct Truncation {
     keep: usize,
+    /// What the cut message takes, as [`Dlq::fit`] counts it.
+    bytes: usize,
     original_bytes: String,
     original_sha256: String,
     /// The producer's key, cut: (bytes kept, its size, its SHA-256).
@@ -252,12 +271,14 @@ impl Dlq {
         let mut failed = Vec::new();
         let mut first_error = None;
         for (i, &r) in rejects.iter().enumerate() {
-            let enqueued = match self.enqueue(r, None).await {
+            // Cut at once to a limit a refusal already taught.
+            let known = if self.limit.load(Ordering::Relaxed) > 0 { self.fit(r).await.unwrap_or(None) } else { None };
+            let enqueued = match self.enqueue(r, known.as_ref()).await {
                 Err(e) if too_large(&e) => match self.fit(r).await {
                     Ok(t) => self.enqueue(r, t.as_ref()).await.map(|future| (t, future)),
                     Err(()) => Err(e),
                 },
-                other => other.map(|future| (None, future)),
+                other => other.map(|future| (known, future)),
             };
             match enqueued {
                 Ok((t, future)) => sent.push((r, t, future)),
@@ -277,43 +298,20 @@ impl Dlq {
                         metrics::dlq_truncated(&self.metrics, &r.topic, r.partition, r.offset, r.payload.len(), t.keep);
                     }
                 }
-                Err(e) if too_large(&e) => {
-                    if let Some(t) = &truncation {
-                        self.cut_deeper(t);
-                    }
-                    refused_as_too_large.push((r, e));
-                }
+                Err(e) if too_large(&e) => refused_as_too_large.push((r, e)),
                 Err(e) => {
                     first_error.get_or_insert((r, e));
                     failed.push(r);
                 }
             }
         }
-        // Refused by the broker (the topic's max.message.bytes): once more,
-        // one at a time, cut to fit.
+        // Refused by the broker (the topic's max.message.bytes, which the
+        // broker may not let inferlog read): once more, one at a time, each
+        // cut deeper on every refusal until the broker takes it.
         for (r, e) in refused_as_too_large {
-            let Ok(t) = self.fit(r).await else {
+            if let Err(e) = self.send_cut(r, e).await {
                 first_error.get_or_insert((r, e));
                 failed.push(r);
-                continue;
-            };
-            let outcome = match self.enqueue(r, t.as_ref()).await {
-                Ok(future) => delivered(future).await,
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(()) => {
-                    if let Some(t) = &t {
-                        metrics::dlq_truncated(&self.metrics, &r.topic, r.partition, r.offset, r.payload.len(), t.keep);
-                    }
-                }
-                Err(e) => {
-                    if let (true, Some(t)) = (too_large(&e), &t) {
-                        self.cut_deeper(t);
-                    }
-                    first_error.get_or_insert((r, e));
-                    failed.push(r);
-                }
             }
         }
         match first_error {
@@ -385,9 +383,15 @@ impl Dlq {
                 }
             }
         }
+        let carried: Vec<String> = r.headers.iter().map(|(name, _)| format!("{}{name}", headers::CARRIED)).collect();
+        for ((_, value), name) in r.headers.iter().zip(&carried) {
+            h = h.insert(Header { key: name.as_str(), value: Some(value.as_slice()) });
+        }
         if let Some(o) = &r.original {
+            // "none": an unreadable reject, whose payload is not kept (crate::redact).
+            let kept = if r.payload.is_empty() { "none" } else { "redacted" };
             h = h
-                .insert(Header { key: headers::PAYLOAD, value: Some("redacted") })
+                .insert(Header { key: headers::PAYLOAD, value: Some(kept) })
                 .insert(Header { key: headers::ORIGINAL_BYTES, value: Some(&o.bytes.to_string()) })
                 .insert(Header { key: headers::ORIGINAL_SHA256, value: Some(&o.sha256) });
         }
@@ -436,8 +440,7 @@ impl Dlq {
         let limit = self.limit.load(Ordering::Relaxed);
         let key_len = r.key.as_ref().map_or(0, Vec::len);
         let message_len = r.rejection.message.len();
-        let whole = FRAMING_BYTES + message_len + r.rejection.field.len() + key_len + r.payload.len();
-        if whole <= limit {
+        if whole_bytes(r) <= limit {
             return Ok(None);
         }
         // Headers first: a producer's key or a message that alone takes
@@ -457,6 +460,7 @@ impl Dlq {
         }
         Ok(Some(Truncation {
             keep,
+            bytes: headers + keep,
             original_bytes: r.payload.len().to_string(),
             original_sha256: hex::encode(sha2::Sha256::digest(&r.payload)),
             key,
@@ -464,9 +468,38 @@ impl Dlq {
         }))
     }
 
-    /// A cut of `t.keep` bytes was still too large: the next is half as long.
-    fn cut_deeper(&self, t: &Truncation) {
-        self.limit.fetch_min((t.keep / 2 + FRAMING_BYTES).max(2 * (FRAMING_BYTES + 3 * HEADER_KEEP)), Ordering::Relaxed);
+    /// Sends `r` alone, cut to the limit known so far; each time the
+    /// broker refuses it as too large, the limit becomes half of what was
+    /// sent and `r` is cut again. The broker's refusal is itself the
+    /// answer: without it, a DLQ whose `max.message.bytes` the broker does
+    /// not let inferlog read (DescribeConfigs denied) would be sent the
+    /// same refused message until the shutdown budget ran out. `Err`:
+    /// another failure, or nothing fits (the headers alone are too large).
+    async fn send_cut(&self, r: &Reject, mut refusal: KafkaError) -> Result<(), KafkaError> {
+        for _ in 0..MAX_CUTS {
+            let Ok(t) = self.fit(r).await else { return Err(refusal) };
+            let sent = t.as_ref().map_or_else(|| whole_bytes(r), |t| t.bytes);
+            let outcome = match self.enqueue(r, t.as_ref()).await {
+                Ok(future) => delivered(future).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(()) => {
+                    if let Some(t) = &t {
+                        metrics::dlq_truncated(&self.metrics, &r.topic, r.partition, r.offset, r.payload.len(), t.keep);
+                    }
+                    return Ok(());
+                }
+                Err(e) if too_large(&e) && sent > MIN_LIMIT => {
+                    let limit = (sent / 2).max(MIN_LIMIT);
+                    tracing::info!(dlq = %self.topic, sent_bytes = sent, limit, "the broker refused a reject as too large; cutting it deeper");
+                    self.limit.fetch_min(limit, Ordering::Relaxed);
+                    refusal = e;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(refusal)
     }
 
     /// The DLQ topic's `max.message.bytes`, if the broker tells.

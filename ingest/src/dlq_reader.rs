@@ -63,6 +63,7 @@ impl DlqReader {
         let mut config = crate::source::client_config(kafka)?;
         config
             .set("group.id", format!("{}-dlq-{purpose}", kafka.group_id))
+            .set("session.timeout.ms", kafka.session_timeout_ms())
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest");

@@ -34,7 +34,7 @@ use inferlog_store::dlq_ledger::{Coordinates, Entry};
 use inferlog_store::retry::{self, Retryable as _};
 use serde::{Deserialize, Serialize};
 
-use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows};
+use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows, FirstRow};
 use crate::config::Config;
 use crate::dlq::headers;
 use crate::dlq_inspect::Window;
@@ -63,6 +63,9 @@ pub enum Refusal {
     Truncated,
     /// Its redacted payload had an e-mail address or phone number masked.
     PiiMasked,
+    /// No payload was kept: the contract could not read it as an event
+    /// (`dlq_payload = "redacted"`); the producer must resend it.
+    NoPayload,
 }
 
 impl Refusal {
@@ -71,6 +74,7 @@ impl Refusal {
             Refusal::NoSource => "replay.no_source",
             Refusal::Truncated => "replay.truncated",
             Refusal::PiiMasked => "replay.pii_masked",
+            Refusal::NoPayload => "replay.no_payload",
         }
     }
 }
@@ -96,6 +100,9 @@ pub fn source(record: &Record) -> Result<Source, Refusal> {
     }
     if record.header(headers::TRUNCATED) == "true" {
         return Err(Refusal::Truncated);
+    }
+    if record.header(headers::PAYLOAD) == "none" {
+        return Err(Refusal::NoPayload);
     }
     if record.header(headers::PAYLOAD) == "redacted" && [&b"[email]"[..], b"[phone]"].iter().any(|m| contains(&record.payload, m)) {
         return Err(Refusal::PiiMasked);
@@ -521,7 +528,13 @@ impl Replay {
             let Some(first) = left.first() else { return Ok(()) };
             let rows = EncodedRows {
                 chunks: vec![Bytes::from(left.iter().flat_map(|c| c.row.iter().copied()).collect::<Vec<u8>>())],
-                first: (Arc::from(first.coordinates.topic.as_str()), first.coordinates.partition, first.coordinates.offset),
+                first: FirstRow {
+                    day,
+                    topic: Arc::from(first.coordinates.topic.as_str()),
+                    partition: first.coordinates.partition,
+                    offset: first.coordinates.offset,
+                    index: first.coordinates.index,
+                },
                 rows: left.len(),
                 shard: 0,
                 // A replay's few rows go as they are.

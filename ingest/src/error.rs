@@ -44,6 +44,12 @@ pub enum IngestError {
     DlqFatal { reason: String },
     #[error("not drained: {0}")]
     NotDrained(String),
+    /// A revocation has waited on this batch so long that the group may
+    /// have handed its partitions to another member: no attempt starts
+    /// any more, and the run ends (exit 75; a restart rejoins the group).
+    /// See [`crate::source::FlushGate::fenced`].
+    #[error("fenced: a revocation waited {waited:?} on the batch in flight, past {fence:?}, after which the group may have given its partitions to another member; nothing was committed past what is durable, and their next owner writes the rest")]
+    Fenced { waited: std::time::Duration, fence: std::time::Duration },
     #[error("shutdown: the final flush did not finish within {0:?}; uncommitted messages will be re-read on restart")]
     ShutdownTimeout(std::time::Duration),
     #[error("shutdown: the final commit did not go through ({0}); the rows are durable and the next run skips them by the replay log")]
@@ -64,6 +70,7 @@ impl IngestError {
             | IngestError::DlqProduce { .. }
             | IngestError::DlqFatal { .. }
             | IngestError::NotDrained(_)
+            | IngestError::Fenced { .. }
             | IngestError::ShutdownTimeout(_)
             | IngestError::FinalCommit(_)
             | IngestError::Panic { .. } => ErrorClass::Retry,
@@ -81,7 +88,7 @@ impl IngestError {
     /// Whether waiting and trying the same call again can succeed; a fatal
     /// producer or a panic ends the run instead (and a restart recovers).
     pub fn retry_in_place(&self) -> bool {
-        self.class() == ErrorClass::Retry && !matches!(self, IngestError::DlqFatal { .. } | IngestError::Panic { .. })
+        self.class() == ErrorClass::Retry && !matches!(self, IngestError::DlqFatal { .. } | IngestError::Panic { .. } | IngestError::Fenced { .. })
     }
 
     /// The process exit code of a run that ended on this error.

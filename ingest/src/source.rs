@@ -91,9 +91,36 @@ pub struct FlushGate {
     /// it could; a revocation now commits nothing more (and never waits
     /// on a broker that is away).
     closing: std::sync::atomic::AtomicBool,
+    /// Since when a revocation waits for the batch in flight.
+    revoking_since: Mutex<Option<std::time::Instant>>,
+    /// How long a revocation may wait before the batch in flight starts no
+    /// more attempts ([`FlushGate::fenced`]); `None`: never (unit tests).
+    fence: Option<std::time::Duration>,
 }
 
 impl FlushGate {
+    /// A gate whose batches are fenced `fence` after a revocation started
+    /// waiting on them ([`fence_after`]).
+    pub fn with_fence(fence: std::time::Duration) -> FlushGate {
+        FlushGate { fence: Some(fence), ..FlushGate::default() }
+    }
+
+    /// `Err` once a revocation has waited on the batch in flight past the
+    /// fence. A member blocked in its revocation callback cannot poll, so
+    /// the group removes it `max.poll.interval.ms` after its last poll and
+    /// hands its partitions to another member, which then waits only for
+    /// the inserts running at the moment it looks. The writer asks this
+    /// before every attempt: none starts after the fence, and one started
+    /// before it ends (`request_timeout`) before the group can have moved
+    /// the partitions.
+    pub fn fenced(&self) -> Result<(), IngestError> {
+        let (Some(fence), Ok(since)) = (self.fence, self.revoking_since.lock()) else { return Ok(()) };
+        match *since {
+            Some(since) if since.elapsed() >= fence => Err(IngestError::Fenced { waited: since.elapsed(), fence }),
+            _ => Ok(()),
+        }
+    }
+
     /// Marks a batch in flight until the returned guard is dropped (the
     /// write finished, failed, or its task was aborted).
     pub fn enter(self: &Arc<Self>) -> FlushGuard {
@@ -142,12 +169,18 @@ impl FlushGate {
         let Ok(mut busy) = self.busy.lock() else { return };
         if *busy {
             tracing::info!("rebalance: waiting for the batch in flight to be durable");
+            if let Ok(mut since) = self.revoking_since.lock() {
+                *since = Some(std::time::Instant::now());
+            }
         }
         while *busy {
             busy = match self.idle.wait(busy) {
                 Ok(b) => b,
-                Err(_) => return,
+                Err(_) => break,
             };
+        }
+        if let Ok(mut since) = self.revoking_since.lock() {
+            *since = None;
         }
     }
 }
@@ -262,6 +295,15 @@ impl ConsumerContext for IngestContext {
 
 pub type Consumer = StreamConsumer<IngestContext>;
 
+/// How long a revocation may wait for the batch in flight before its
+/// writer is fenced: `max.poll.interval.ms` (librdkafka's default 300 s
+/// unless `kafka.options` sets it) less one `request_timeout` (an attempt
+/// started before the fence has ended by then) and a second of margin.
+pub fn fence_after(kafka: &KafkaConfig, request_timeout: std::time::Duration) -> std::time::Duration {
+    let max_poll = kafka.options.get("max.poll.interval.ms").and_then(|v| v.parse::<u64>().ok()).unwrap_or(300_000);
+    std::time::Duration::from_millis(max_poll).saturating_sub(request_timeout + std::time::Duration::from_secs(1))
+}
+
 /// librdkafka's config of every client ingest makes (consumer, DLQ
 /// producer and admin): [`inferlog_store::kafka::client_properties`].
 pub fn client_config(kafka: &KafkaConfig) -> Result<ClientConfig, IngestError> {
@@ -283,10 +325,12 @@ impl std::fmt::Debug for Subscription {
     }
 }
 
-/// A group member subscribed to the source topics.
-pub fn subscribe(kafka: &KafkaConfig, metrics: &Metrics) -> Result<Subscription, IngestError> {
+/// A group member subscribed to the source topics; its batches are fenced
+/// `fence` after a revocation started waiting on them ([`fence_after`]).
+pub fn subscribe(kafka: &KafkaConfig, fence: std::time::Duration, metrics: &Metrics) -> Result<Subscription, IngestError> {
     use rdkafka::consumer::Consumer as _;
-    let context = IngestContext { rebalances: Arc::default(), gate: Arc::default(), fatal: Arc::default(), metrics: metrics.clone() };
+    let gate = Arc::new(FlushGate::with_fence(fence));
+    let context = IngestContext { rebalances: Arc::default(), gate, fatal: Arc::default(), metrics: metrics.clone() };
     let (rebalances, gate, fatal) = (context.rebalances.clone(), context.gate.clone(), context.fatal.clone());
     let mut config = client_config(kafka)?;
     config
@@ -295,7 +339,7 @@ pub fn subscribe(kafka: &KafkaConfig, metrics: &Metrics) -> Result<Subscription,
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", kafka.session_timeout.as_millis().to_string())
+        .set("session.timeout.ms", kafka.session_timeout_ms())
         .set("heartbeat.interval.ms", (kafka.session_timeout.as_millis() / 4).max(100).to_string())
         .set("queued.max.messages.kbytes", kafka.prefetch_max_kbytes.to_string())
         // With the prefetch queue full, librdkafka pauses a partition's

@@ -29,6 +29,7 @@ use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
 use crate::metrics::{self, Metrics};
 use crate::sort::Order;
+use crate::source::FlushGate;
 
 /// Days of one batch inserted at once. Each day is its own INSERT (its
 /// own part, its own retry), and ClickHouse runs an INSERT on one thread:
@@ -50,11 +51,24 @@ pub struct Writer {
     /// The coverage of the last batch made durable, marked done in the
     /// replay log with the next batch's intents.
     done: Arc<Mutex<Vec<Coverage>>>,
+    /// The rebalance gate whose fence every attempt checks first
+    /// ([`FlushGate::fenced`]); none: never fenced.
+    gate: Option<Arc<FlushGate>>,
 }
 
 impl Writer {
     pub fn new(sink: ClickHouseSink, dlq: Dlq, config: IngestConfig, metrics: Metrics, shutdown: watch::Receiver<bool>) -> Writer {
-        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, deadline: Arc::new(Mutex::new(None)), done: Arc::default() }
+        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, deadline: Arc::new(Mutex::new(None)), done: Arc::default(), gate: None }
+    }
+
+    /// This writer, starting no attempt once `gate` says a revocation has
+    /// waited on its batch past the fence.
+    pub fn fenced_by(self, gate: Arc<FlushGate>) -> Writer {
+        Writer { gate: Some(gate), ..self }
+    }
+
+    fn fenced(&self) -> Result<(), IngestError> {
+        self.gate.as_ref().map_or(Ok(()), |g| g.fenced())
     }
 
     /// Starts the shutdown budget (`shutdown_timeout`) if it has not started.
@@ -97,7 +111,7 @@ impl Writer {
     /// its errors are transient (counted and logged); a permanent error
     /// ends it at once, and so does a wait that would overrun the shutdown
     /// budget ([`IngestError::ShutdownTimeout`]).
-    async fn retrying<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, IngestError>
+    async fn retrying<T, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T, IngestError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, IngestError>>,
@@ -105,7 +119,16 @@ impl Writer {
         // Atomics, not Cells: the future runs on the multi-threaded runtime.
         let attempt = AtomicU32::new(0);
         let out_of_time = AtomicBool::new(false);
-        let result = op
+        // Every attempt, the first too, checks the fence before it starts.
+        let fenced_op = || {
+            let fenced = self.fenced();
+            let attempt = op();
+            async move {
+                fenced?;
+                attempt.await
+            }
+        };
+        let result = fenced_op
             .retry(retry::backoff(self.config.retry_initial_backoff, self.config.retry_max_backoff))
             .sleep(retry::ShutdownSleeper::new(self.shutdown.clone()))
             .when(IngestError::retry_in_place)
@@ -223,7 +246,8 @@ impl Writer {
                 kafka_topic: r.topic.to_string(),
                 kafka_partition: table_partition(&r.topic, r.partition)?,
                 kafka_offset: r.offset as u64,
-                bytes: r.payload.len() as u32,
+                // The size received, not what the DLQ keeps of it.
+                bytes: r.original.as_ref().map_or(r.payload.len(), |o| o.bytes) as u32,
             };
             days.entry((self.sink.shard_of(&r.topic, r.partition)?, row.day)).or_default().push(row);
         }

@@ -17,7 +17,7 @@ const TIMEOUT: Duration = Duration::from_secs(15);
 /// The committed offset of each of `partitions` in `[kafka] group_id`.
 pub async fn committed(kafka: &KafkaConfig, partitions: Vec<(String, i32)>) -> Result<BTreeMap<(String, i32), Option<i64>>, String> {
     let mut config = crate::dlq::client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
-    config.set("group.id", &kafka.group_id).set("enable.auto.commit", "false");
+    config.set("group.id", &kafka.group_id).set("session.timeout.ms", kafka.session_timeout_ms()).set("enable.auto.commit", "false");
     let group = kafka.group_id.clone();
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = config.create().map_err(|e| format!("consumer: {e}"))?;

@@ -93,10 +93,17 @@ pub struct KafkaConfig {
     /// Dead-letter topic for rejected messages. Default: "inference-events-dlq".
     pub dlq_topic: String,
     /// What the DLQ keeps of a rejected message: "redacted" (no plaintext
-    /// user id, e-mail address, phone number or prompt text; the original's
-    /// size and SHA-256 in headers) or "original" (the bytes as received:
-    /// plaintext personal data in the DLQ, which the audit reports). Default: "redacted".
+    /// user id, e-mail address, phone number or prompt text; no payload at
+    /// all for a message the contract could not read as an event; the
+    /// producer's key as its keyed hash; the original's size and SHA-256
+    /// in headers) or "original" (the bytes and key as received: plaintext
+    /// personal data in the DLQ, which the audit reports). Default: "redacted".
     pub dlq_payload: DlqPayload,
+    /// Producer headers a DLQ message carries, by name (as
+    /// `inferlog.header.<name>`; under "redacted" with e-mail addresses and
+    /// phone numbers masked). No other producer header is ever copied.
+    /// Default: [] (none).
+    pub dlq_headers: Vec<String>,
     /// How long the group waits for a silent member before reassigning its partitions. Default: "10s".
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
@@ -268,6 +275,7 @@ impl Default for KafkaConfig {
             partitions: Vec::new(),
             dlq_topic: "inference-events-dlq".into(),
             dlq_payload: DlqPayload::Redacted,
+            dlq_headers: Vec::new(),
             session_timeout: Duration::from_secs(10),
             fetch_max_wait: Duration::from_millis(20),
             prefetch_max_kbytes: 8 * 1024,
@@ -278,6 +286,14 @@ impl Default for KafkaConfig {
 }
 
 impl KafkaConfig {
+    /// `session.timeout.ms` for every consumer inferlog makes (ingest's, the
+    /// DLQ readers, retention's): the configured `session_timeout`, so a
+    /// `max.poll.interval.ms` in `options` below librdkafka's own default
+    /// (45 s) is never refused at client creation.
+    pub fn session_timeout_ms(&self) -> String {
+        self.session_timeout.as_millis().to_string()
+    }
+
     /// How `topic`'s messages are encoded.
     pub fn encoding(&self, topic: &str) -> TopicEncoding {
         self.encodings.get(topic).copied().unwrap_or(TopicEncoding::Json)

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use inferlog_ingest::clickhouse_sink::{ClickHouseSink, EncodedRows};
+use inferlog_ingest::clickhouse_sink::{ClickHouseSink, EncodedRows, FirstRow};
 use inferlog_schema::generate::{Generator, GeneratorConfig};
 use inferlog_schema::hash::UserIdHasher;
 use inferlog_schema::{Contract, ContractConfig, InferenceEvent};
@@ -69,6 +69,15 @@ pub fn encoded(rows: &[HotRow]) -> EncodedRows {
     for row in rows {
         row.encode(&mut bytes);
     }
-    let first = rows.first().map_or_else(|| (Arc::from(""), 0, 0), |r| (r.kafka_topic.clone(), i32::from(r.kafka_partition), r.kafka_offset as i64));
+    let first = rows.first().map_or_else(
+        || FirstRow { day: 0, topic: Arc::from(""), partition: 0, offset: 0, index: 0 },
+        |r| FirstRow {
+            day: r.day,
+            topic: r.kafka_topic.clone(),
+            partition: i32::from(r.kafka_partition),
+            offset: r.kafka_offset as i64,
+            index: r.kafka_index,
+        },
+    );
     EncodedRows { chunks: vec![bytes::Bytes::from(bytes)], ends: Vec::new(), first, rows: rows.len(), shard: 0, order: None }
 }

@@ -124,6 +124,58 @@ fn a_dlq_the_broker_will_not_let_inferlog_write_exits_2_naming_it() {
     assert!(read_topic(&dlq).is_empty(), "the broker took nothing");
 }
 
+/// `inferlog-nodescribe` may write topics named `nodesc-*` but not read
+/// their configs (DescribeConfigs denied, ACLs set by `services.sh`). Its
+/// DLQ takes 2,000 bytes a message; 100 rejects of about 3.5 KB are among
+/// 3,000 events. Without the topic's limit, the broker's refusal
+/// (MESSAGE_TOO_LARGE) is the answer: each reject is cut deeper until it
+/// fits, every one reaches the DLQ once, and the commit reaches the end.
+/// (Before the fix, the cut assumed the producer's 1,000,000 bytes, sent
+/// each reject whole again and again, and the commit stalled for good.)
+#[test]
+fn a_dlq_smaller_than_a_reject_whose_limit_inferlog_cannot_read_takes_every_reject_cut() {
+    let kafka = security(Some(local_ca())).replace("username = \"inferlog\"", "username = \"inferlog-nodescribe\"");
+    let s = Scenario::with_kafka("sasl_nodesc", 1, &kafka, "");
+    let dlq = format!("nodesc-{}", s.dlq);
+    inferlog_tests::kafkatool(&["create-topics", "--partitions", "1", "--config", "max.message.bytes=2000", &dlq]);
+    let valid = inferlog_tests::generate(2_900, 0.0, 1304, 1);
+    let mut lines = Vec::with_capacity(3_000);
+    let mut big = std::collections::BTreeSet::new();
+    let mut valid_events = valid.iter();
+    for i in 0..3_000i64 {
+        if i % 30 == 29 {
+            // A valid event but for a tenant far past its 128 characters: about 3.5 KB.
+            let mut event: serde_json::Value = serde_json::from_slice(&valid[i as usize % 100].line).expect("json");
+            event["request_id"] = format!("big-{i}").into();
+            event["tenant"] = "t".repeat(3_400).into();
+            lines.push(event.to_string());
+            big.insert(i);
+        } else {
+            lines.push(String::from_utf8(valid_events.next().expect("enough events").line.clone()).expect("utf-8"));
+        }
+    }
+    let file = s.dir.path().join("events.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    inferlog_tests::produce(&s.topic, &file);
+    let brokers = sasl_brokers();
+    let env = [("INFERLOG_KAFKA__BROKERS", brokers.as_str()), ("INFERLOG_KAFKA__DLQ_TOPIC", dlq.as_str())];
+    let mut ingest = s.spawn_ingest_with(Some("6s"), "ingest.log", &env);
+    let status = wait_with_limit(&mut ingest, Duration::from_secs(180));
+    let log = s.log("ingest.log");
+    assert!(status.success(), "every reject fits once cut: {log}");
+    assert_eq!(s.hot_count(), (2_900, 2_900), "{log}");
+    assert_eq!(committed(&s.topic, &s.group), vec![3_000], "committed to the end");
+    let messages = read_topic(&dlq);
+    let sources: Vec<i64> =
+        messages.iter().map(|m| m["headers"]["inferlog.source.offset"].as_str().expect("offset").parse().expect("number")).collect();
+    assert_eq!(sources.len(), 100, "each reject once: {sources:?}");
+    assert_eq!(sources.iter().copied().collect::<std::collections::BTreeSet<i64>>(), big, "the big rejects, by their offsets");
+    for m in &messages {
+        assert_eq!(m["headers"]["inferlog.truncated"].as_str(), Some("true"), "cut to fit: {m}");
+        assert_eq!(m["headers"]["inferlog.field"].as_str(), Some("tenant"), "refused for its tenant: {m}");
+    }
+}
+
 #[test]
 fn an_untrusted_broker_certificate_exits_2_naming_the_cause() {
     let error = refused("sasl_badca", None, &[]);

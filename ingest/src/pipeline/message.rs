@@ -216,6 +216,7 @@ impl Pipeline {
         skews: &mut crate::skew::Samples,
     ) {
         let (topic, partition, offset) = (&key.0, message.partition(), message.offset());
+        let index = outcome.index();
         let (rejection, span) = match outcome {
             Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span } => {
                 if dropped_fields > 0 {
@@ -231,7 +232,7 @@ impl Pipeline {
                         if let Some(o) = &observation {
                             self.batch.observe(key, o);
                         }
-                        self.batch.push_row(day, &encoded[range], (fingerprint, content), key.clone(), offset);
+                        self.batch.push_row(day, &encoded[range], (fingerprint, content), key.clone(), (offset, index));
                         return;
                     }
                     Seen::Retry => {
@@ -255,9 +256,10 @@ impl Pipeline {
         metrics::event_rejected(&self.metrics, rejection.reason.as_str());
         // A span's reject keeps the event it mapped to, not the whole message.
         let payload = span.as_ref().map_or_else(|| message.payload().unwrap_or_default(), |s| s.event.as_slice());
-        let Redacted { payload, key: source_key, original } = self.redactor.redact(payload, message.key());
+        let Redacted { payload, key: source_key, original } = self.redactor.redact(payload, message.key(), rejection.reason);
+        let headers = self.redactor.carried(message.headers());
         let span = span.map(|s| SpanRef { index: s.index, trace_id: s.trace_id, span_id: s.span_id });
-        let reject = Reject { payload, key: source_key, original, rejection, topic: topic.clone(), partition, offset, received_ms, span };
+        let reject = Reject { payload, key: source_key, headers, original, rejection, topic: topic.clone(), partition, offset, received_ms, span };
         self.batch.push_reject(reject, key.clone());
     }
 }

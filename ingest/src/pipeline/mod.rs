@@ -140,7 +140,7 @@ struct Pipeline {
 pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shutdown: watch::Receiver<bool>) -> Result<Summary, IngestError> {
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
-    let redactor = Redactor::new(config.kafka.dlq_payload, hasher.clone());
+    let redactor = Redactor::new(config.kafka.dlq_payload, hasher.clone()).carrying(config.kafka.dlq_headers.clone());
     let interner = config.service_metrics.enabled.then(|| Arc::new(Interner::new(&config.service_metrics)));
     let service = interner.clone().map(ServiceMetrics::new);
     if let Some(service) = &service {
@@ -164,13 +164,14 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
             metrics::insert_failed(&metrics, e, attempt, wait);
         })
         .await?;
-    let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka, &metrics)?;
+    let fence = source::fence_after(&config.kafka, config.clickhouse.request_timeout);
+    let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka, fence, &metrics)?;
     let dlq = Dlq::new(&config.kafka, metrics.clone())?;
     dlq.check_topic().await?;
     let lag = crate::lag::spawn(consumer.clone(), metrics.clone(), shutdown.clone());
     let mut p = Pipeline {
         recent: RecentIds::new(config.ingest.dedup_window),
-        writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone()),
+        writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone()).fenced_by(gate.clone()),
         broker: Broker::new(consumer.clone(), config.kafka.clone(), backoff, shutdown.clone(), metrics.clone()),
         config,
         normalizer,
