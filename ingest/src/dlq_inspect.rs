@@ -137,7 +137,13 @@ impl Inspector {
                     field: field.to_owned(),
                     message: record.header(headers::MESSAGE).to_owned(),
                     source: format!("{topic}/{}@{}", record.header(headers::SOURCE_PARTITION), record.header(headers::SOURCE_OFFSET)),
-                    payload_kind: if record.header(headers::PAYLOAD) == "redacted" { "redacted" } else { "as_received" }.to_owned(),
+                    payload_kind: match record.header(headers::PAYLOAD) {
+                        "redacted" => "redacted",
+                        // An unreadable reject under `redacted`: no payload kept.
+                        "none" => "none",
+                        _ => "as_received",
+                    }
+                    .to_owned(),
                     payload: String::from_utf8_lossy(&record.payload[..end]).into_owned(),
                 },
             );

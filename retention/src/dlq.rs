@@ -171,6 +171,7 @@ pub async fn oldest(kafka: &KafkaConfig) -> Result<BTreeMap<i32, Option<i64>>, S
     let mut config = client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
     config
         .set("group.id", "inferlog-retention-audit")
+        .set("session.timeout.ms", kafka.session_timeout_ms())
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
@@ -213,20 +214,39 @@ pub async fn oldest(kafka: &KafkaConfig) -> Result<BTreeMap<i32, Option<i64>>, S
 /// What one DLQ partition holds of an erasure request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Hits {
-    /// Messages whose bytes contain one of the request's ids.
+    /// Messages whose payload, key or a header contains one of the request's ids.
     pub messages: u64,
+    /// Of them, where: in the payload, in the key, in a header value.
+    pub in_payload: u64,
+    pub in_key: u64,
+    pub in_headers: u64,
     /// The newest such message's timestamp (epoch ms).
     pub newest_ms: Option<i64>,
+    /// Messages read.
+    pub read: u64,
+    /// Messages whose payload is neither empty nor one JSON document: read
+    /// byte by byte only (an id escaped or encoded in it is not found).
+    pub unparsed: u64,
+}
+
+/// Whether `haystack` holds one of `needles`.
+fn holds(haystack: &[u8], needles: &[String]) -> bool {
+    needles.iter().any(|n| !n.is_empty() && haystack.windows(n.len()).any(|w| w == n.as_bytes()))
 }
 
 /// How long reading the whole topic for [`search`] may take.
 const SEARCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Reads every message of the topic (assigned, no group, nothing committed)
-/// and counts, per partition, those whose payload contains one of `needles`.
+/// and counts, per partition, those whose payload, key or a header value
+/// contains one of `needles` (the plaintext ids and their digests).
 pub async fn search(kafka: &KafkaConfig, needles: Vec<String>) -> Result<BTreeMap<i32, Hits>, String> {
     let mut config = client_config(kafka).map_err(|e| format!("consumer: {e}"))?;
-    config.set("group.id", "inferlog-retention-erase").set("enable.auto.commit", "false").set("enable.partition.eof", "true");
+    config
+        .set("group.id", "inferlog-retention-erase")
+        .set("session.timeout.ms", kafka.session_timeout_ms())
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true");
     let topic = kafka.dlq_topic.clone();
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = config.create().map_err(|e| format!("consumer: {e}"))?;
@@ -255,10 +275,21 @@ pub async fn search(kafka: &KafkaConfig, needles: Vec<String>) -> Result<BTreeMa
             match consumer.poll(left.min(Duration::from_millis(500))) {
                 None => {}
                 Some(Ok(m)) => {
+                    use rdkafka::message::Headers as _;
                     let payload = m.payload().unwrap_or_default();
-                    if needles.iter().any(|n| payload.windows(n.len()).any(|w| w == n.as_bytes())) {
-                        let h = hits.entry(m.partition()).or_default();
+                    let in_payload = holds(payload, &needles);
+                    let in_key = holds(m.key().unwrap_or_default(), &needles);
+                    let in_headers = m.headers().is_some_and(|hs| hs.iter().any(|h| holds(h.value.unwrap_or_default(), &needles)));
+                    let h = hits.entry(m.partition()).or_default();
+                    h.read += 1;
+                    if !payload.is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_err() {
+                        h.unparsed += 1;
+                    }
+                    if in_payload || in_key || in_headers {
                         h.messages += 1;
+                        h.in_payload += u64::from(in_payload);
+                        h.in_key += u64::from(in_key);
+                        h.in_headers += u64::from(in_headers);
                         h.newest_ms = h.newest_ms.max(m.timestamp().to_millis());
                     }
                     if ends.get(&m.partition()).is_some_and(|end| m.offset() + 1 >= *end) {

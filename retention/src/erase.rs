@@ -138,6 +138,10 @@ pub struct HeldObject {
 pub struct DlqPartition {
     pub partition: i32,
     pub messages: u64,
+    /// Of them, those holding an id in the payload, in the key, in a header.
+    pub in_payload: u64,
+    pub in_key: u64,
+    pub in_headers: u64,
     pub newest: Option<String>,
     /// When the topic's retention will have removed the newest of them (`None`: its settings do not say).
     pub removed_by: Option<String>,
@@ -156,6 +160,23 @@ pub struct Holdings {
     /// Why the DLQ could not be read (then `dlq` is unknown).
     pub dlq_unread: Option<String>,
     pub dlq_payload: &'static str,
+    /// How the DLQ was searched, and what it could not search.
+    pub dlq_searched: DlqSearch,
+}
+
+/// What the DLQ search covered: every message's payload, key and header
+/// values, for the plaintext ids (when the request gave them) and their
+/// digests; and the copies a byte search cannot vouch for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DlqSearch {
+    pub messages: u64,
+    pub copies: &'static str,
+    pub plaintext_ids: usize,
+    pub digests: usize,
+    /// Payloads that are neither empty nor JSON, searched byte by byte only.
+    pub unparsed_payloads: u64,
+    /// What the search could not cover, said plainly; `None`: nothing.
+    pub not_searchable: Option<String>,
 }
 
 impl Holdings {
@@ -210,12 +231,39 @@ pub async fn find(stores: &Stores, config: &Config, request: &Request) -> Result
     let longest = crate::dlq::settings(&config.kafka).await.ok().and_then(|s| s.longest_ms());
     let dlq = crate::dlq::search(&config.kafka, needles).await;
     let dlq_unread = dlq.as_ref().err().cloned();
+    let original = config.kafka.dlq_payload == DlqPayload::Original;
+    let dlq_searched = dlq.as_ref().map_or_else(
+        |_| DlqSearch::default(),
+        |hits| {
+            let unparsed: u64 = hits.values().map(|h| h.unparsed).sum();
+            let mut gaps = Vec::new();
+            if request.plaintext.is_empty() && original {
+                gaps.push("the request gave digests only (--hashed) and the DLQ keeps original payloads and keys: their plaintext ids could not be searched".to_owned());
+            }
+            if unparsed > 0 {
+                gaps.push(format!(
+                    "{unparsed} payloads are not JSON (rejects the contract could not read, kept whole by dlq_payload = \"original\"): searched byte by byte, so an id escaped or encoded in them is not found"
+                ));
+            }
+            DlqSearch {
+                messages: hits.values().map(|h| h.read).sum(),
+                copies: "payloads, keys and header values",
+                plaintext_ids: request.plaintext.len(),
+                digests: request.hashes.len(),
+                unparsed_payloads: unparsed,
+                not_searchable: (!gaps.is_empty()).then(|| gaps.join("; ")),
+            }
+        },
+    );
     let dlq = dlq.map(|hits: BTreeMap<i32, Hits>| {
         hits.into_iter()
             .filter(|(_, h)| h.messages > 0)
             .map(|(partition, h)| DlqPartition {
                 partition,
                 messages: h.messages,
+                in_payload: h.in_payload,
+                in_key: h.in_key,
+                in_headers: h.in_headers,
                 newest: h.newest_ms.map(rfc3339),
                 removed_by: h.newest_ms.zip(longest).map(|(t, l)| rfc3339(t.saturating_add(l))),
             })
@@ -232,6 +280,7 @@ pub async fn find(stores: &Stores, config: &Config, request: &Request) -> Result
             DlqPayload::Redacted => "redacted",
             DlqPayload::Original => "original",
         },
+        dlq_searched,
     })
 }
 
@@ -249,12 +298,25 @@ pub fn render_holdings(request: &Request, h: &Holdings) -> String {
     text += "rejects    no user column\naggregates no user dimension\n";
     if let Some(why) = &h.dlq_unread {
         text += &format!("dlq        not read: {why}\n");
-    } else if h.dlq.is_empty() {
-        text += &format!("dlq        none ({} payloads)\n", h.dlq_payload);
+    } else {
+        let s = &h.dlq_searched;
+        text += &format!(
+            "dlq        searched the {} of {} messages ({} payloads) for {} plaintext ids and {} digests\n",
+            s.copies, s.messages, h.dlq_payload, s.plaintext_ids, s.digests
+        );
+        if let Some(gap) = &s.not_searchable {
+            text += &format!("dlq        not searchable: {gap}\n");
+        }
+        if h.dlq.is_empty() {
+            text += "dlq        none\n";
+        }
     }
     for p in &h.dlq {
         let by = p.removed_by.as_deref().unwrap_or("unknown: the topic's settings keep messages for ever");
-        text += &format!("dlq        partition {} messages {} removed by {by}\n", p.partition, p.messages);
+        text += &format!(
+            "dlq        partition {} messages {} (payload {}, key {}, headers {}) removed by {by}\n",
+            p.partition, p.messages, p.in_payload, p.in_key, p.in_headers
+        );
     }
     text += if h.held() { "HELD\n" } else { "CLEAN\n" };
     text
@@ -311,6 +373,8 @@ pub struct ColdErased {
 pub struct DlqErased {
     pub topic: String,
     pub payload: &'static str,
+    /// How the topic was searched, and what it could not search.
+    pub searched: DlqSearch,
     pub partitions: Vec<DlqPartition>,
     /// Why the topic could not be read (then `partitions` is empty and unknown).
     pub unread: Option<String>,
@@ -496,12 +560,17 @@ pub async fn erase(stores: &Stores, config: &Config, request: &Request) -> Resul
         dlq: DlqErased {
             topic: config.kafka.dlq_topic.clone(),
             payload: held.dlq_payload,
+            searched: held.dlq_searched.clone(),
             partitions: held.dlq.clone(),
             unread: held.dlq_unread.clone(),
             note: format!(
                 "Kafka cannot delete one message: the partitions listed hold the users' rejected events ({}), \
                  which the topic's retention (kept within the hot policy of {longest} by enforce) removes by the time given",
-                if held.dlq_payload == "original" { "their original bytes, plaintext included" } else { "redacted: user ids as hashes" }
+                if held.dlq_payload == "original" {
+                    "their original bytes and keys, plaintext included"
+                } else {
+                    "redacted: user ids and keys as keyed hashes, no payload kept of a reject the contract could not read"
+                }
             ),
         },
         outside: format!(
@@ -545,6 +614,7 @@ mod tests {
             dlq: Vec::new(),
             dlq_unread: None,
             dlq_payload: "redacted",
+            dlq_searched: DlqSearch::default(),
         };
         assert!(check_keys(&plain, &holdings).is_ok());
         holdings.key_ids.insert("k0".into());

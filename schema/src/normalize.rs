@@ -773,11 +773,63 @@ fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
     Ok(Some(s.to_owned()))
 }
 
+/// What the DLQ's redacted copy of a reject holds in place of a
+/// `user_id` or `prompt_hash` the contract refused (the plaintext is never
+/// kept): this prefix and the reason code. The contract refuses such a
+/// value again with that reason, so `dlq replay` refuses what live ingest
+/// refused (docs/contract.md, "The DLQ").
+pub const REFUSED_MARK: &str = "inferlog.refused:";
+
+/// The value a redacted reject holds for a keyed field the contract refused.
+pub fn refused_mark(rejection: &Rejection) -> String {
+    format!("{REFUSED_MARK}{}", rejection.reason.as_str())
+}
+
+/// The contract's rule for a `user_id` as it arrives (a JSON value), the
+/// one live ingest applies: its stored form (the keyed hash of the trimmed
+/// string; a digest under this key is kept), `None` when null or blank,
+/// or the rejection (`field.type`, `field.range`). The DLQ's redactor
+/// applies it too, so a replayed reject is hashed as its live twin was.
+pub fn stored_user_id(value: &serde_json::Value, hasher: &UserIdHasher) -> Result<Option<String>, Rejection> {
+    let Some(value) = raw_of(value) else { return Ok(None) };
+    user_id(&Given { name: "user_id", value }, Some(hasher))
+}
+
+/// The contract's rule for a producer's `prompt_hash` (a JSON value): its
+/// stored form, `None` when null or blank (the prompt text then decides),
+/// or the rejection.
+pub fn stored_prompt_hash(value: &serde_json::Value, hasher: &UserIdHasher) -> Result<Option<String>, Rejection> {
+    let Some(value) = raw_of(value) else { return Ok(None) };
+    Ok(prompt_hash(&Given { name: "prompt_hash", value })?.map(|given| if hasher.is_own_digest(&given) { given } else { hasher.hash_prompt(&given) }))
+}
+
+/// A JSON value as the scanner would have read it; `None` for null (absent).
+fn raw_of(value: &serde_json::Value) -> Option<Raw<'_>> {
+    use serde_json::Value;
+    Some(match value {
+        Value::Null => return None,
+        Value::Bool(b) => Raw::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Raw::Int(i),
+            (None, Some(u)) => Raw::UInt(u),
+            _ => Raw::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Raw::Str(Cow::Borrowed(s)),
+        Value::Array(_) => Raw::Array,
+        Value::Object(_) => Raw::Object,
+    })
+}
+
 /// A value stored only as its keyed hash (`user_id`, `prompt_hash`): a
 /// string, trimmed, of at most `max_chars` characters; `None` when empty.
+/// A [`REFUSED_MARK`] is refused with the reason it names.
 fn to_hash<'g>(g: &'g Given<'_>, max_chars: usize) -> Result<Option<&'g str>, Rejection> {
     let name = g.name;
     let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
+    if let Some(reason) = s.strip_prefix(REFUSED_MARK) {
+        let reason = ReasonCode::from_str_code(reason).unwrap_or(ReasonCode::FieldFormat);
+        return Err(Rejection::new(reason, name, "was refused when received; the DLQ kept no value (the producer must resend it)"));
+    }
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);

@@ -73,7 +73,8 @@ fn a_dlq_failing_while_ingest_runs_blocks_the_commit_and_then_takes_every_reject
 
 #[test]
 fn a_two_mib_producer_key_on_an_invalid_event_reaches_the_dlq_cut_to_fit() {
-    let s = Scenario::static_assignment("bigkey", 1, "");
+    // `original` keeps the key as received (`redacted` keeps its keyed hash, which always fits).
+    let s = Scenario::with_kafka("bigkey", 1, "assignment = \"static\"\ndlq_payload = \"original\"\n", "");
     kafkatool(&["alter-config", "--topic", &s.topic, "max.message.bytes=4000000"]);
     let file = s.dir.path().join("bigkey.jsonl");
     std::fs::write(&file, "{\"request_id\": 7}\n{not json\n").expect("write");
@@ -599,4 +600,129 @@ fn retention_prunes_the_replay_ledger_once_the_dlq_no_longer_holds_its_messages(
     let (code, out) = run(&["audit", "--format", "json"], "audit-2.log");
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("\"dlq_ledger\"") && out.contains("deleted.still_present"), "{out}");
+}
+
+/// Issue 57: every kind of reject a broken producer sends (JSON cut after
+/// its `user_id`, a logger's plain-text line, a key given twice, a
+/// malformed OTLP protobuf, a key that is the user id, a producer header
+/// holding it, a readable reject whose `user_id` is blank-padded) leaves no
+/// planted id in any DLQ message's value, key or headers. What the
+/// contract could not read keeps no payload (its size and SHA-256 named);
+/// the readable reject holds the digest live ingest would store (trimmed);
+/// only the header the config lists is carried. Then `audit --user-ids`
+/// finds the users' digests in the keys (the `inferlog.source.key` header)
+/// and payloads it searched, and says so.
+#[test]
+fn no_reject_keeps_a_planted_id_in_its_value_key_or_headers() {
+    let s = Scenario::new("privacy", 1, "");
+    let otlp = format!("{}-otlp", s.topic);
+    inferlog_tests::create_topics(1, &[&otlp]);
+    let config = std::fs::read_to_string(&s.config).expect("config").replace(
+        &format!("topics = [\"{}\"]\n", s.topic),
+        &format!("topics = [\"{}\", \"{otlp}\"]\nencodings = {{ \"{otlp}\" = \"otlp_proto\" }}\ndlq_headers = [\"x-trace\"]\n", s.topic),
+    );
+    std::fs::write(&s.config, config).expect("config");
+    let planted: Vec<String> = (1..=7).map(|i| format!("planted-user-{i}")).collect();
+    let now = inferlog_tests::now_ms();
+    let event = |id: &str, extra: &str| {
+        format!(
+            "{{\"request_id\":\"{id}\",\"timestamp\":{now},\"model_name\":\"m\",\"model_version\":\"v1\",\"input_tokens\":3,\
+             \"output_tokens\":4,\"total_latency_ms\":12.5{extra}}}"
+        )
+    };
+    let json_records = [
+        // Cut after its user_id, keyed by it.
+        serde_json::json!({"value": format!("{{\"request_id\":\"p-1\",\"user_id\":\"{}\",\"model_na", planted[0]), "key": planted[0]}),
+        // A logger's line, the id in a header too (not listed: never carried) and a listed header.
+        serde_json::json!({"value": format!("2026-12-06 ERROR request p-2 of {} timed out", planted[1]),
+                           "headers": {"x-user": planted[1], "x-trace": "trace-2"}}),
+        // The key given twice: the contract refuses it (json.malformed).
+        serde_json::json!({"value": event("p-3", &format!(",\"error_code\":0,\"user_id\":\"x\",\"user_id\":\"{}\"", planted[2]))}),
+        // Readable, refused for its code, its id blank-padded; keyed by the id.
+        serde_json::json!({"value": event("p-4", &format!(",\"error_code\":4242,\"error_stage\":\"decode\",\"user_id\":\"  {}  \"", planted[3])),
+                           "key": format!(" {} ", planted[3])}),
+        // A user_id the contract refuses (a number), beside the planted one in a nested object.
+        serde_json::json!({"value": event("p-5", &format!(",\"error_code\":0,\"user_id\":5,\"tags\":{{\"user_id\":\"{}\"}}", planted[4]))}),
+        // Valid: stored, never in the DLQ.
+        serde_json::json!({"value": event("p-6", &format!(",\"error_code\":0,\"user_id\":\"{}\"", planted[5])), "key": planted[5]}),
+    ];
+    let file = s.dir.path().join("records.jsonl");
+    std::fs::write(&file, json_records.iter().map(|r| r.to_string() + "\n").collect::<String>()).expect("write");
+    kafkatool(&["produce-records", "--topic", &s.topic, file.to_str().expect("path")]);
+    // Not OTLP protobuf, the id inside; keyed by it.
+    let mut malformed = vec![0xff, 0xff, 0xff, 0x0a];
+    malformed.extend_from_slice(planted[6].as_bytes());
+    let file = s.dir.path().join("otlp.jsonl");
+    let record = serde_json::json!({"value_hex": hex::encode(&malformed), "key": planted[6], "headers": {"x-user": planted[6]}});
+    std::fs::write(&file, record.to_string() + "\n").expect("write");
+    kafkatool(&["produce-records", "--topic", &otlp, file.to_str().expect("path")]);
+
+    let (code, _, log) = s.run_ingest(Some("5s"), "ingest.log", &[], Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(s.hot_count(), (1, 1), "only the valid event stored");
+    let dlq = inferlog_tests::read_topic_values(&s.dlq);
+    assert_eq!(dlq.len(), 6, "every reject once: {dlq:?}");
+    for m in &dlq {
+        let text = m.to_string();
+        for id in &planted {
+            assert!(!text.contains(id.as_str()), "{id} in a DLQ message (value, key or headers): {text}");
+        }
+        assert!(m["headers"].get("inferlog.header.x-user").is_none(), "an unlisted header is never carried: {m}");
+    }
+    let by_reason = |reason: &str| dlq.iter().filter(|m| m["headers"]["inferlog.reason"] == reason).collect::<Vec<_>>();
+    // What the contract could not read: no payload, the original named.
+    for m in by_reason("json.malformed").into_iter().chain(by_reason("otlp.malformed")) {
+        assert_eq!((m["headers"]["inferlog.payload"].as_str(), m["bytes"].as_u64()), (Some("none"), Some(0)), "{m}");
+        assert!(m["headers"]["inferlog.original.sha256"].as_str().is_some_and(|h| h.len() == 64), "{m}");
+    }
+    assert_eq!(by_reason("json.malformed").len() + by_reason("otlp.malformed").len(), 4);
+    let logged = dlq.iter().find(|m| m["headers"]["inferlog.header.x-trace"].as_str().is_some()).expect("the listed header carried");
+    assert_eq!(logged["headers"]["inferlog.header.x-trace"], "trace-2");
+    // The readable reject holds what live ingest stores for the trimmed id.
+    let hasher = inferlog_schema::UserIdHasher::new(b"integration-test-hash-key-0123456789", None, "test").expect("hasher");
+    let readable = by_reason("error_code.unknown");
+    assert_eq!(readable.len(), 1);
+    let value: serde_json::Value = serde_json::from_str(readable[0]["value"].as_str().expect("value")).expect("JSON");
+    assert_eq!(value["user_id"], hasher.hash(&planted[3]), "the contract's trim, then the keyed hash");
+    assert_eq!(readable[0]["headers"]["inferlog.source.key"], hasher.hash(&planted[3]), "the producer's key as the user's digest");
+    let refused = dlq
+        .iter()
+        .find(|m| m["headers"]["inferlog.field"] == "user_id" && m["headers"]["inferlog.reason"] == "field.type")
+        .expect("the numeric user_id reject");
+    let value: serde_json::Value = serde_json::from_str(refused["value"].as_str().expect("value")).expect("JSON");
+    assert_eq!(value["user_id"], "inferlog.refused:field.type", "{refused}");
+
+    // The audit finds the users' digests where the DLQ keeps them: keys and payloads.
+    let ids = s.dir.path().join("users.txt");
+    std::fs::write(&ids, planted.join("\n") + "\n").expect("write");
+    let tiers = s.dir.path().join("tiers.toml");
+    let schema = s.table.to_ascii_lowercase();
+    let base = std::fs::read_to_string(&s.config).expect("config");
+    std::fs::write(
+        &tiers,
+        format!("{base}\n[postgres]\nurl = \"{}\"\nschema = \"{schema}\"\n\n{}", inferlog_tests::tiers::postgres_url(), tiers_extra("privacy")),
+    )
+    .expect("write");
+    let out = std::process::Command::new(inferlog_tests::bin("inferlog-retention"))
+        .arg("--config")
+        .arg(&tiers)
+        .args(["audit", "--user-ids", ids.to_str().expect("path"), "--format", "json"])
+        .env("INFERLOG_HASH_KEY_FILE", s.dir.path().join("hash.key"))
+        .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
+        .output()
+        .expect("audit");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+    let searched = &report["dlq_searched"];
+    assert_eq!((searched["messages"].as_u64(), searched["plaintext_ids"].as_u64()), (Some(6), Some(7)), "{report}");
+    let partitions = report["dlq"].as_array().expect("dlq partitions");
+    let total = |field: &str| partitions.iter().map(|p| p[field].as_u64().unwrap_or(0)).sum::<u64>();
+    // The producer keys (header inferlog.source.key) of the cut JSON, the
+    // readable reject and the protobuf; the payloads of the readable reject
+    // and of the one whose nested user_id was hashed.
+    assert_eq!((total("messages"), total("in_headers"), total("in_payload")), (4, 3, 2), "{report}");
+    for id in &planted {
+        assert!(!stdout.contains(id.as_str()), "the report never shows a plaintext id");
+    }
 }
