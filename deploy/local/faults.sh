@@ -3,8 +3,9 @@
 # (json, otlp_proto, otlp_json) × writer (the ingest daemon with two members,
 # `dlq replay`) × fault (kill -9 at a seeded moment, a ClickHouse outage past
 # max.poll.interval.ms with a rebalance, one of two concurrent day inserts
-# refused, an insert's answer lost), on the local services. Prints one
-# line per cell: stored, duplicates, missing, DLQ, seconds.
+# refused, an insert's answer lost) × hot tier (the single server, the
+# local cluster), on the local services. Prints one line per cell:
+# stored, duplicates, missing, DLQ, seconds.
 #
 #   deploy/local/faults.sh [--seed N] [--cells otlp_proto/ingest,kill9]
 #
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
 done
 FEATURES=(--profile ci --locked --workspace --features inferlog-store/test-hooks)
 mkdir -p .inferlog
-deploy/local/services.sh up
+deploy/local/services.sh up --cluster
 cargo build "${FEATURES[@]}" --bins --tests > .inferlog/faults-build.log 2>&1 || { cat .inferlog/faults-build.log; exit 2; }
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT

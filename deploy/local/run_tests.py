@@ -32,6 +32,8 @@ import time
 SERVERS = {"kafka", "clickhouse", "postgres", "s3"}
 # Test binaries (tests/tests/NAME.rs) that stop, kill or restart a server.
 STOPS = {
+    # It stops and kills the cluster's own servers: nothing else using the cluster runs beside it.
+    "cluster": {"cluster"},
     "e2e_faults": SERVERS,
     "kafka_broker": {"kafka"},
     "ingest_clickhouse_outage": {"clickhouse"},
@@ -53,7 +55,7 @@ NEEDS = {
        ["ingest", "ingest_crash", "ingest_dlq", "ingest_rebalance", "ingest_startup", "ingest_clickhouse_outage",
         "service_metrics", "otlp"]},
     # Its fault proxy stands in front of the shared ClickHouse; dlq replay's ledger is in Postgres.
-    "fault_matrix": {"kafka", "clickhouse", "postgres"},
+    "fault_matrix": {"kafka", "clickhouse", "postgres", "cluster"},
 }
 # Seconds each took in a run on the 2-core machine kind (2026-12-03): the
 # order binaries start in. Unit-test binaries (not listed) take under 1 s.
