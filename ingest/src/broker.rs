@@ -60,6 +60,11 @@ impl Broker {
     }
 
     /// The error for a permanent refusal, naming brokers and mechanism.
+    /// How `topic`'s messages are encoded (`[kafka] encodings`).
+    pub fn encoding(&self, topic: &str) -> inferlog_store::kafka::TopicEncoding {
+        self.kafka.encoding(topic)
+    }
+
     pub fn refused(&self, code: rdkafka::error::RDKafkaErrorCode, reason: String) -> IngestError {
         IngestError::KafkaRefused { brokers: self.kafka.brokers.clone(), security: self.kafka.security.describe(), code, reason }
     }

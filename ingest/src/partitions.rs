@@ -160,10 +160,11 @@ pub async fn lookup_start(broker: Broker, writer: Writer, metrics: Metrics, key:
     }
     let expected = committed.unwrap_or(low).max(low);
     let started = std::time::Instant::now();
+    let whole_messages = broker.encoding(&topic) == inferlog_store::kafka::TopicEncoding::Json;
     let replay = writer
         .retry("replay filter", |sink: ClickHouseSink, _| {
             let topic = topic.clone();
-            async move { sink.stored_ranges(&topic, partition, expected).await }
+            async move { sink.stored_ranges(&topic, partition, expected, whole_messages).await }
         })
         .await?;
     if !replay.is_empty() {

@@ -20,7 +20,11 @@
 //!   the log existed, or entries retention removed) are looked up in both
 //!   tables, streamed into ranges.
 //!
-//! Memory is proportional to the number of ranges, not of rows. A batch's
+//! Memory is proportional to the number of ranges, not of rows: the log's
+//! entries are streamed into one range or check per batch range, and an
+//! intended range of a JSON topic is scanned into ranges too; only on an
+//! OTLP topic is a message with stored rows kept with their indexes (one
+//! entry a message, not a row). A batch's
 //! intents go out in the same INSERT as the previous batch's done marks,
 //! before its rows, so the log costs one small INSERT per batch.
 
@@ -114,23 +118,68 @@ struct Check {
 /// wrote an intent naming only the days of the rows it wrote (a reader
 /// writes only what the ones before it did not), so any one intent's days
 /// miss the others' rows (a CI run stored 2,547 rows twice that way).
+#[cfg(test)]
 fn plan(entries: &[Entry], from: i64) -> Plan {
-    let mut plan = Plan::default();
-    for group in entries.chunk_by(|a, b| (a.first_offset, a.last_offset) == (b.first_offset, b.last_offset)) {
-        let (first, last) = ((group[0].first_offset as i64).max(from), group[0].last_offset as i64);
-        if group.iter().any(|e| e.state == DONE) {
-            plan.done.push((first, last));
-            continue;
-        }
-        let union = |days: fn(&Entry) -> &[u16]| {
-            let mut all: Vec<u16> = group.iter().flat_map(|e| days(e).iter().copied()).collect();
-            all.sort_unstable();
-            all.dedup();
-            all
-        };
-        plan.checks.push(Check { first, last, row_days: union(|e| &e.row_days), reject_days: union(|e| &e.reject_days) });
+    let mut planner = Planner::new(from);
+    for e in entries {
+        planner.push(e);
     }
-    plan
+    planner.finish()
+}
+
+/// [`Plan`] built one entry at a time, entries sorted by (first, last):
+/// what it keeps is one range or one check per range of offsets, never
+/// the entries themselves.
+struct Planner {
+    from: i64,
+    plan: Plan,
+    /// The range being read.
+    current: Option<Reading>,
+}
+
+/// A range of the log being read: (first, last), whether an entry marked
+/// it done, and the days its intents named (rows, rejects).
+struct Reading {
+    range: (u64, u64),
+    done: bool,
+    row_days: Vec<u16>,
+    reject_days: Vec<u16>,
+}
+
+impl Planner {
+    fn new(from: i64) -> Planner {
+        Planner { from, plan: Plan::default(), current: None }
+    }
+
+    fn push(&mut self, e: &Entry) {
+        let range = (e.first_offset, e.last_offset);
+        if self.current.as_ref().is_some_and(|r| r.range != range) {
+            self.close();
+        }
+        let r = self.current.get_or_insert_with(|| Reading { range, done: false, row_days: Vec::new(), reject_days: Vec::new() });
+        r.done |= e.state == DONE;
+        r.row_days.extend_from_slice(&e.row_days);
+        r.reject_days.extend_from_slice(&e.reject_days);
+    }
+
+    fn close(&mut self) {
+        let Some(Reading { range: (first, last), done, mut row_days, mut reject_days }) = self.current.take() else { return };
+        let (first, last) = ((first as i64).max(self.from), last as i64);
+        if done {
+            self.plan.done.push((first, last));
+            return;
+        }
+        for days in [&mut row_days, &mut reject_days] {
+            days.sort_unstable();
+            days.dedup();
+        }
+        self.plan.checks.push(Check { first, last, row_days, reject_days });
+    }
+
+    fn finish(mut self) -> Plan {
+        self.close();
+        self.plan
+    }
 }
 
 impl ClickHouseSink {
@@ -159,11 +208,15 @@ impl ClickHouseSink {
     /// `select_sequential_consistency`: a part that reached one replica but
     /// not yet its quorum counts as stored (the replicas take no other
     /// quorum insert until it reaches it), so it is never written twice.
-    pub async fn stored_ranges(&self, topic: &str, partition: i32, from: i64) -> Result<StoredRanges, IngestError> {
-        self.shard(self.shard_of(topic, partition)?).stored_ranges_here(topic, partition, from).await
+    ///
+    /// `whole_messages`: the topic holds one event a message (JSON), so an
+    /// offset with a stored row was stored whole and joins a range; on an
+    /// OTLP topic the indexes of each such message's stored rows are kept.
+    pub async fn stored_ranges(&self, topic: &str, partition: i32, from: i64, whole_messages: bool) -> Result<StoredRanges, IngestError> {
+        self.shard(self.shard_of(topic, partition)?).stored_ranges_here(topic, partition, from, whole_messages).await
     }
 
-    async fn stored_ranges_here(&self, topic: &str, partition: i32, from: i64) -> Result<StoredRanges, IngestError> {
+    async fn stored_ranges_here(&self, topic: &str, partition: i32, from: i64, whole_messages: bool) -> Result<StoredRanges, IngestError> {
         let p = table_partition(topic, partition)?;
         let waited = in_flight::wait_out(&self.client, self.ids.prefix(), in_flight::GRACE)
             .await
@@ -188,7 +241,8 @@ impl ClickHouseSink {
             .fetch_one::<Oldest>()
             .await
             .map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
-        let entries = self
+        // Streamed: what is kept is one range or check per batch range, not the entries.
+        let mut cursor = self
             .client
             .query(&format!(
                 "SELECT ?fields FROM {log} WHERE kafka_topic = ? AND kafka_partition = ? AND last_offset >= ? ORDER BY first_offset, last_offset, state"
@@ -196,9 +250,12 @@ impl ClickHouseSink {
             .bind(topic)
             .bind(p)
             .bind(from as u64)
-            .fetch_all::<Entry>()
-            .await
+            .fetch::<Entry>()
             .map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
+        let mut planner = Planner::new(from);
+        while let Some(entry) = cursor.next().await.map_err(|e| self.error("replay-log lookup", &self.replay_table, e))? {
+            planner.push(&entry);
+        }
 
         let mut ranges: Vec<(i64, i64)> = Vec::new();
         let mut spans: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
@@ -209,10 +266,10 @@ impl ClickHouseSink {
             let until = covered_from.map(|f| f - 1);
             ranges.extend(self.scan(topic, p, from, until).await?);
         }
-        let plan = plan(&entries, from);
+        let plan = planner.finish();
         ranges.extend(plan.done);
         for check in &plan.checks {
-            let (whole, rows) = self.scan_intent(topic, p, check).await?;
+            let (whole, rows) = self.scan_intent(topic, p, check, whole_messages).await?;
             ranges.extend(whole);
             spans.extend(rows);
         }
@@ -226,7 +283,16 @@ impl ClickHouseSink {
     /// its stored rows. A message's rows may go to several days' inserts
     /// (an OTLP message whose spans straddle midnight), and a crash between
     /// them stores only some: those are written again, the stored ones not.
-    async fn scan_intent(&self, topic: &str, partition: u16, check: &Check) -> Result<(Vec<(i64, i64)>, BTreeMap<i64, Vec<u32>>), IngestError> {
+    /// With `whole_messages` (a JSON topic) a stored row is its whole
+    /// message: offsets go straight into ranges, and memory is one range per
+    /// run of stored offsets, not an entry per row.
+    async fn scan_intent(
+        &self,
+        topic: &str,
+        partition: u16,
+        check: &Check,
+        whole_messages: bool,
+    ) -> Result<(Vec<(i64, i64)>, BTreeMap<i64, Vec<u32>>), IngestError> {
         let (from, until) = (check.first, check.last);
         let mut parts = Vec::new();
         if !check.row_days.is_empty() {
@@ -257,7 +323,11 @@ impl ClickHouseSink {
         }
         let mut cursor = query.fetch::<OffsetIndexRow>().map_err(|e| self.error("replay scan", &self.table, e))?;
         while let Some(row) = cursor.next().await.map_err(|e| self.error("replay scan", &self.table, e))? {
-            rows.entry(row.kafka_offset as i64).or_default().push(row.kafka_index);
+            if whole_messages {
+                whole.push(row.kafka_offset as i64);
+            } else {
+                rows.entry(row.kafka_offset as i64).or_default().push(row.kafka_index);
+            }
         }
         // Sorted by index, so a logged reject shows as the last one.
         rows.retain(|offset, indexes| {
