@@ -703,14 +703,17 @@ fn no_reject_keeps_a_planted_id_in_its_value_key_or_headers() {
         format!("{base}\n[postgres]\nurl = \"{}\"\nschema = \"{schema}\"\n\n{}", inferlog_tests::tiers::postgres_url(), tiers_extra("privacy")),
     )
     .expect("write");
-    let out = std::process::Command::new(inferlog_tests::bin("inferlog-retention"))
-        .arg("--config")
-        .arg(&tiers)
-        .args(["audit", "--user-ids", ids.to_str().expect("path"), "--format", "json"])
-        .env("INFERLOG_HASH_KEY_FILE", s.dir.path().join("hash.key"))
-        .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
-        .output()
-        .expect("audit");
+    let retention = |args: &[&str]| {
+        std::process::Command::new(inferlog_tests::bin("inferlog-retention"))
+            .arg("--config")
+            .arg(&tiers)
+            .args(args)
+            .env("INFERLOG_HASH_KEY_FILE", s.dir.path().join("hash.key"))
+            .env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret())
+            .output()
+            .expect("inferlog-retention")
+    };
+    let out = retention(&["audit", "--user-ids", ids.to_str().expect("path"), "--format", "json"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report: serde_json::Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
@@ -725,4 +728,14 @@ fn no_reject_keeps_a_planted_id_in_its_value_key_or_headers() {
     for id in &planted {
         assert!(!stdout.contains(id.as_str()), "the report never shows a plaintext id");
     }
+    // Erase's receipt: the hot row removed; the DLQ searched the same way, and named.
+    let out = retention(&["erase", "--user-ids", ids.to_str().expect("path")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let receipt: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(receipt["hot"]["rows_removed"].as_u64(), Some(1), "{receipt}");
+    assert_eq!(receipt["dlq"]["searched"], report["dlq_searched"], "{receipt}");
+    let in_headers: u64 = receipt["dlq"]["partitions"].as_array().expect("partitions").iter().map(|p| p["in_headers"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(in_headers, 3, "{receipt}");
+    assert!(!stdout.contains("planted-user-"), "the receipt never shows a plaintext id");
 }
