@@ -82,6 +82,19 @@ impl EncodedRows {
     }
 }
 
+/// `call`, given up past `limit` as [`clickhouse::error::Error::TimedOut`]
+/// (transient: retried). The `clickhouse` crate bounds inserts but not
+/// queries, and a server that takes a query and never answers (hung, or
+/// behind a network that drops its answers) would hold the caller for ever:
+/// a partition's start, a retry's landed check, a replay (found by the
+/// fault matrix's outage cells).
+pub(crate) async fn bounded<T>(
+    limit: std::time::Duration,
+    call: impl std::future::Future<Output = Result<T, clickhouse::error::Error>>,
+) -> Result<T, clickhouse::error::Error> {
+    tokio::time::timeout(limit, call).await.unwrap_or(Err(clickhouse::error::Error::TimedOut))
+}
+
 /// The row a retry looks up ([`ClickHouseSink::landed`]): in the hot
 /// table by its index too; the rejects log has none.
 struct Landed<'a> {
@@ -157,8 +170,9 @@ pub struct ClickHouseSink {
     pub(crate) replay_table: String,
     fsync_after_insert: bool,
     /// How long an INSERT may take to send and to be answered; past it the
-    /// attempt counts as failed, and its retry ends it first.
-    request_timeout: std::time::Duration,
+    /// attempt counts as failed, and its retry ends it first. Every query
+    /// is bounded by it too ([`bounded`]).
+    pub(crate) request_timeout: std::time::Duration,
     /// Names every INSERT, for the fences of [`crate::in_flight`].
     pub(crate) ids: Arc<InsertIds>,
 }
@@ -231,14 +245,18 @@ impl ClickHouseSink {
     }
 
     pub async fn server_version(&self) -> Result<String, IngestError> {
-        let row = self.admin.query("SELECT version() AS version").fetch_one::<VersionRow>().await.map_err(|e| self.error("version", "-", e))?;
+        let row = bounded(self.request_timeout, self.admin.query("SELECT version() AS version").fetch_one::<VersionRow>())
+            .await
+            .map_err(|e| self.error("version", "-", e))?;
         Ok(row.version)
     }
 
     /// Whether `system.<table>` lists a setting called `name`.
     async fn knows(&self, table: &str, name: &str) -> Result<bool, IngestError> {
         let sql = format!("SELECT name FROM system.{table} WHERE name = ?");
-        let rows = self.admin.query(&sql).bind(name).fetch_all::<NameRow>().await.map_err(|e| self.error("settings lookup", table, e))?;
+        let rows = bounded(self.request_timeout, self.admin.query(&sql).bind(name).fetch_all::<NameRow>())
+            .await
+            .map_err(|e| self.error("settings lookup", table, e))?;
         Ok(rows.iter().any(|r| r.name == name))
     }
 
@@ -263,7 +281,9 @@ impl ClickHouseSink {
         };
         let db = &self.database;
         let on_cluster = self.config.cluster.as_ref().map(|c| format!(" ON CLUSTER {c}")).unwrap_or_default();
-        self.admin.query(&format!("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}")).execute().await.map_err(|e| self.error("create", "-", e))?;
+        bounded(self.request_timeout, self.admin.query(&format!("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}")).execute())
+            .await
+            .map_err(|e| self.error("create", "-", e))?;
         let fsync = self.fsync_after_insert && features.fsync_after_insert;
         let read = |name: &str| name.strip_suffix("_local").filter(|_| self.config.cluster.is_some()).unwrap_or(name).to_owned();
         for (shape, table) in [(tables::HOT, &self.table), (tables::REJECTS, &self.rejects_table), (tables::REPLAY_LOG, &self.replay_table)] {
@@ -275,14 +295,14 @@ impl ClickHouseSink {
                 ddl[0].push_str("\nSETTINGS fsync_after_insert = 1, fsync_part_directory = 1");
             }
             for statement in &ddl {
-                self.admin.query(statement).execute().await.map_err(|e| self.error("create", table, e))?;
+                bounded(self.request_timeout, self.admin.query(statement).execute()).await.map_err(|e| self.error("create", table, e))?;
             }
             self.check(&shape, table).await?;
         }
         if fsync {
             // A table created before the setting was configured gets it too.
             let sql = format!("ALTER TABLE {db}.{}{on_cluster} MODIFY SETTING fsync_after_insert = 1, fsync_part_directory = 1", self.table);
-            self.admin.query(&sql).execute().await.map_err(|e| self.error("alter settings", &self.table, e))?;
+            bounded(self.request_timeout, self.admin.query(&sql).execute()).await.map_err(|e| self.error("alter settings", &self.table, e))?;
         } else if self.fsync_after_insert {
             tracing::info!(version = ?version, "this server has no MergeTree setting fsync_after_insert: parts are written without fsync (docs/operations.md, failure model)");
         }
@@ -296,14 +316,9 @@ impl ClickHouseSink {
 
     /// `table`'s columns, as `system.columns` describes them.
     async fn columns(&self, table: &str) -> Result<Vec<ExistingColumn>, IngestError> {
-        let rows = self
-            .admin
-            .query("SELECT name, type, default_kind FROM system.columns WHERE database = ? AND table = ?")
-            .bind(&self.database)
-            .bind(table)
-            .fetch_all::<ColumnRow>()
-            .await
-            .map_err(|e| self.error("column check", table, e))?;
+        let query =
+            self.admin.query("SELECT name, type, default_kind FROM system.columns WHERE database = ? AND table = ?").bind(&self.database).bind(table);
+        let rows = bounded(self.request_timeout, query.fetch_all::<ColumnRow>()).await.map_err(|e| self.error("column check", table, e))?;
         Ok(rows.into_iter().map(|r| ExistingColumn { name: r.name, ty: r.ty, default_kind: r.default_kind }).collect())
     }
 
@@ -324,7 +339,7 @@ impl ClickHouseSink {
         if !additions.is_empty() {
             for sql in &additions {
                 tracing::info!(table = %format!("{}.{table}", self.database), %sql, "adding a column this release writes");
-                self.admin.query(sql).execute().await.map_err(|e| self.error("add column", table, e))?;
+                bounded(self.request_timeout, self.admin.query(sql).execute()).await.map_err(|e| self.error("add column", table, e))?;
             }
             existing = self.columns(table).await?;
         }
@@ -402,7 +417,7 @@ impl ClickHouseSink {
     /// Whether an attempt of insert `id` landed, the one holding `row`:
     /// ends the attempts still running first.
     async fn landed(&self, table: &str, id: &str, row: &Landed<'_>) -> Result<bool, IngestError> {
-        in_flight::end_attempts(&self.client, id).await.map_err(|e| self.error("end the attempt before", table, e))?;
+        bounded(self.request_timeout, in_flight::end_attempts(&self.client, id)).await.map_err(|e| self.error("end the attempt before", table, e))?;
         let index = row.index.map(|i| format!(" AND kafka_index = {i}")).unwrap_or_default();
         let sql = format!(
             "SELECT kafka_offset FROM {}.{table} WHERE day = '{}' AND kafka_topic = ? AND kafka_partition = ? AND kafka_offset = ?{index} LIMIT 1",
@@ -417,13 +432,8 @@ impl ClickHouseSink {
         if self.config.cluster.is_some() {
             query = query.with_setting("select_sequential_consistency", "1");
         }
-        let rows = query
-            .bind(row.topic)
-            .bind(row.partition)
-            .bind(row.offset)
-            .fetch_all::<OffsetRow>()
-            .await
-            .map_err(|e| self.error("landed-check query", table, e))?;
+        let query = query.bind(row.topic).bind(row.partition).bind(row.offset);
+        let rows = bounded(self.request_timeout, query.fetch_all::<OffsetRow>()).await.map_err(|e| self.error("landed-check query", table, e))?;
         Ok(!rows.is_empty())
     }
 

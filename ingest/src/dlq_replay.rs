@@ -34,7 +34,7 @@ use inferlog_store::dlq_ledger::{Coordinates, Entry};
 use inferlog_store::retry::{self, Retryable as _};
 use serde::{Deserialize, Serialize};
 
-use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows, FirstRow};
+use crate::clickhouse_sink::{bounded, table_partition, ClickHouseSink, EncodedRows, FirstRow};
 use crate::config::Config;
 use crate::dlq::headers;
 use crate::dlq_inspect::Window;
@@ -314,7 +314,8 @@ impl Replay {
     /// A killed replay's pending entries: stored if their rows are in the
     /// hot table once the INSERTs in flight have ended, else forgotten.
     async fn resolve_pending(&mut self) -> Result<(), IngestError> {
-        let waited = crate::in_flight::wait_out(&self.sink.client, self.sink.ids.prefix(), crate::in_flight::GRACE)
+        let limit = crate::in_flight::GRACE + 4 * self.sink.request_timeout;
+        let waited = bounded(limit, crate::in_flight::wait_out(&self.sink.client, self.sink.ids.prefix(), crate::in_flight::GRACE))
             .await
             .map_err(|e| self.sink.error("wait out inserts in flight", &self.sink.table, e))?;
         let pending = self.catalog.replay_pending_entries().await?;
@@ -365,12 +366,7 @@ impl Replay {
                     inferlog_store::day_string(i32::from(day)),
                     tuples.join(", ")
                 );
-                let rows = self
-                    .sink
-                    .client
-                    .query(&sql)
-                    .bind(topic)
-                    .fetch_all::<StoredKey>()
+                let rows = bounded(self.sink.request_timeout, self.sink.client.query(&sql).bind(topic).fetch_all::<StoredKey>())
                     .await
                     .map_err(|e| self.sink.error("replay lookup", &self.sink.table, e))?;
                 found.extend(rows.iter().map(StoredKey::coordinates));
@@ -390,7 +386,9 @@ impl Replay {
             self.sink.table,
             crate::replay_log::day_list(days)
         );
-        self.sink.client.query(&sql).bind(ids).fetch_all::<StoredKey>().await.map_err(|e| self.sink.error("replay lookup", &self.sink.table, e))
+        bounded(self.sink.request_timeout, self.sink.client.query(&sql).bind(ids).fetch_all::<StoredKey>())
+            .await
+            .map_err(|e| self.sink.error("replay lookup", &self.sink.table, e))
     }
 
     /// Validates a chunk of selected messages again and stores what passes.
@@ -545,7 +543,7 @@ impl Replay {
                 Ok(()) => Ok(()),
                 Err(error) => {
                     // What of this attempt landed stays; the rest is tried again.
-                    crate::in_flight::end_attempts(&self.sink.client, &id)
+                    bounded(self.sink.request_timeout, crate::in_flight::end_attempts(&self.sink.client, &id))
                         .await
                         .map_err(|e| self.sink.error("end the attempt before", &self.sink.table, e))?;
                     let coordinates: Vec<Coordinates> = left.iter().map(|c| c.coordinates.clone()).collect();

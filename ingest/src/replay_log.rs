@@ -34,7 +34,7 @@ use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Coverage;
-use crate::clickhouse_sink::{table_partition, ClickHouseSink, OffsetRow};
+use crate::clickhouse_sink::{bounded, table_partition, ClickHouseSink, OffsetRow};
 use crate::error::IngestError;
 use crate::in_flight;
 use crate::offsets::{RangeBuilder, StoredRanges};
@@ -218,7 +218,9 @@ impl ClickHouseSink {
 
     async fn stored_ranges_here(&self, topic: &str, partition: i32, from: i64, whole_messages: bool) -> Result<StoredRanges, IngestError> {
         let p = table_partition(topic, partition)?;
-        let waited = in_flight::wait_out(&self.client, self.ids.prefix(), in_flight::GRACE)
+        // Bounded by its grace and a request's time for each of its queries.
+        let limit = in_flight::GRACE + 4 * self.request_timeout;
+        let waited = bounded(limit, in_flight::wait_out(&self.client, self.ids.prefix(), in_flight::GRACE))
             .await
             .map_err(|e| self.error("wait out inserts in flight", &self.table, e))?;
         if waited.inserts > 0 {
@@ -238,9 +240,8 @@ impl ClickHouseSink {
             .query(&format!("SELECT count() AS entries, min(first_offset) AS first FROM {log} WHERE kafka_topic = ? AND kafka_partition = ?"))
             .bind(topic)
             .bind(p)
-            .fetch_one::<Oldest>()
-            .await
-            .map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
+            .fetch_one::<Oldest>();
+        let oldest = bounded(self.request_timeout, oldest).await.map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
         // Streamed: what is kept is one range or check per batch range, not the entries.
         let mut cursor = self
             .client
@@ -253,7 +254,9 @@ impl ClickHouseSink {
             .fetch::<Entry>()
             .map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?;
         let mut planner = Planner::new(from);
-        while let Some(entry) = cursor.next().await.map_err(|e| self.error("replay-log lookup", &self.replay_table, e))? {
+        while let Some(entry) =
+            bounded(self.request_timeout, cursor.next()).await.map_err(|e| self.error("replay-log lookup", &self.replay_table, e))?
+        {
             planner.push(&entry);
         }
 
@@ -322,7 +325,7 @@ impl ClickHouseSink {
             query = query.bind(topic).bind(partition).bind(from as u64).bind(until as u64);
         }
         let mut cursor = query.fetch::<OffsetIndexRow>().map_err(|e| self.error("replay scan", &self.table, e))?;
-        while let Some(row) = cursor.next().await.map_err(|e| self.error("replay scan", &self.table, e))? {
+        while let Some(row) = bounded(self.request_timeout, cursor.next()).await.map_err(|e| self.error("replay scan", &self.table, e))? {
             if whole_messages {
                 whole.push(row.kafka_offset as i64);
             } else {
@@ -359,7 +362,7 @@ impl ClickHouseSink {
         }
         let mut cursor = query.fetch::<OffsetRow>().map_err(|e| self.error("replay scan", &self.table, e))?;
         let mut ranges = RangeBuilder::default();
-        while let Some(row) = cursor.next().await.map_err(|e| self.error("replay scan", &self.table, e))? {
+        while let Some(row) = bounded(self.request_timeout, cursor.next()).await.map_err(|e| self.error("replay scan", &self.table, e))? {
             ranges.push(row.kafka_offset as i64);
         }
         Ok(ranges.finish())
