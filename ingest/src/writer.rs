@@ -52,23 +52,22 @@ pub struct Writer {
     /// replay log with the next batch's intents.
     done: Arc<Mutex<Vec<Coverage>>>,
     /// The rebalance gate whose fence every attempt checks first
-    /// ([`FlushGate::fenced`]); none: never fenced.
-    gate: Option<Arc<FlushGate>>,
+    /// ([`FlushGate::fenced`]).
+    gate: Arc<FlushGate>,
 }
 
 impl Writer {
-    pub fn new(sink: ClickHouseSink, dlq: Dlq, config: IngestConfig, metrics: Metrics, shutdown: watch::Receiver<bool>) -> Writer {
-        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, deadline: Arc::new(Mutex::new(None)), done: Arc::default(), gate: None }
-    }
-
-    /// This writer, starting no attempt once `gate` says a revocation has
+    /// A writer that starts no attempt once `gate` says a revocation has
     /// waited on its batch past the fence.
-    pub fn fenced_by(self, gate: Arc<FlushGate>) -> Writer {
-        Writer { gate: Some(gate), ..self }
-    }
-
-    fn fenced(&self) -> Result<(), IngestError> {
-        self.gate.as_ref().map_or(Ok(()), |g| g.fenced())
+    pub fn new(
+        sink: ClickHouseSink,
+        dlq: Dlq,
+        config: IngestConfig,
+        metrics: Metrics,
+        shutdown: watch::Receiver<bool>,
+        gate: Arc<FlushGate>,
+    ) -> Writer {
+        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, deadline: Arc::new(Mutex::new(None)), done: Arc::default(), gate }
     }
 
     /// Starts the shutdown budget (`shutdown_timeout`) if it has not started.
@@ -121,7 +120,7 @@ impl Writer {
         let out_of_time = AtomicBool::new(false);
         // Every attempt, the first too, checks the fence before it starts.
         let fenced_op = || {
-            let fenced = self.fenced();
+            let fenced = self.gate.fenced();
             let attempt = op();
             async move {
                 fenced?;

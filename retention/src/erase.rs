@@ -179,6 +179,34 @@ pub struct DlqSearch {
     pub not_searchable: Option<String>,
 }
 
+impl DlqSearch {
+    /// What a search that found `hits` covered, for `request`, on a DLQ
+    /// keeping `original` payloads or not.
+    fn of(hits: &BTreeMap<i32, Hits>, request: &Request, original: bool) -> DlqSearch {
+        let unparsed: u64 = hits.values().map(|h| h.unparsed).sum();
+        let mut gaps = Vec::new();
+        if request.plaintext.is_empty() && original {
+            gaps.push(
+                "the request gave digests only (--hashed) and the DLQ keeps original payloads and keys: their plaintext ids could not be searched"
+                    .to_owned(),
+            );
+        }
+        if unparsed > 0 {
+            gaps.push(format!(
+                "{unparsed} payloads are not JSON (rejects the contract could not read, kept whole by dlq_payload = \"original\"): searched byte by byte, so an id escaped or encoded in them is not found"
+            ));
+        }
+        DlqSearch {
+            messages: hits.values().map(|h| h.read).sum(),
+            copies: "payloads, keys and header values",
+            plaintext_ids: request.plaintext.len(),
+            digests: request.hashes.len(),
+            unparsed_payloads: unparsed,
+            not_searchable: (!gaps.is_empty()).then(|| gaps.join("; ")),
+        }
+    }
+}
+
 impl Holdings {
     pub fn hot_rows(&self) -> u64 {
         self.hot_days.values().sum()
@@ -232,29 +260,7 @@ pub async fn find(stores: &Stores, config: &Config, request: &Request) -> Result
     let dlq = crate::dlq::search(&config.kafka, needles).await;
     let dlq_unread = dlq.as_ref().err().cloned();
     let original = config.kafka.dlq_payload == DlqPayload::Original;
-    let dlq_searched = dlq.as_ref().map_or_else(
-        |_| DlqSearch::default(),
-        |hits| {
-            let unparsed: u64 = hits.values().map(|h| h.unparsed).sum();
-            let mut gaps = Vec::new();
-            if request.plaintext.is_empty() && original {
-                gaps.push("the request gave digests only (--hashed) and the DLQ keeps original payloads and keys: their plaintext ids could not be searched".to_owned());
-            }
-            if unparsed > 0 {
-                gaps.push(format!(
-                    "{unparsed} payloads are not JSON (rejects the contract could not read, kept whole by dlq_payload = \"original\"): searched byte by byte, so an id escaped or encoded in them is not found"
-                ));
-            }
-            DlqSearch {
-                messages: hits.values().map(|h| h.read).sum(),
-                copies: "payloads, keys and header values",
-                plaintext_ids: request.plaintext.len(),
-                digests: request.hashes.len(),
-                unparsed_payloads: unparsed,
-                not_searchable: (!gaps.is_empty()).then(|| gaps.join("; ")),
-            }
-        },
-    );
+    let dlq_searched = dlq.as_ref().map_or_else(|_| DlqSearch::default(), |hits| DlqSearch::of(hits, request, original));
     let dlq = dlq.map(|hits: BTreeMap<i32, Hits>| {
         hits.into_iter()
             .filter(|(_, h)| h.messages > 0)

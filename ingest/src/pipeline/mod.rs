@@ -171,7 +171,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
     let lag = crate::lag::spawn(consumer.clone(), metrics.clone(), shutdown.clone());
     let mut p = Pipeline {
         recent: RecentIds::new(config.ingest.dedup_window),
-        writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone()).fenced_by(gate.clone()),
+        writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone(), gate.clone()),
         broker: Broker::new(consumer.clone(), config.kafka.clone(), backoff, shutdown.clone(), metrics.clone()),
         config,
         normalizer,
