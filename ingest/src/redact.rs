@@ -5,8 +5,8 @@
 //!
 //! `redacted` (the default) keeps no plaintext personal data:
 //! - a reject the contract could not read as an event (`json.malformed`,
-//!   which duplicated keys are too, `json.not_object`, `otlp.malformed`,
-//!   or any payload that is not one JSON object with each key once) keeps
+//!   which a contract field given twice is too, `json.not_object`,
+//!   `otlp.malformed`, or any payload that is not a JSON object) keeps
 //!   no payload at all: its metadata, size and SHA-256 only. Nothing in it
 //!   could be replayed by a config change, and a `user_id` in a cut or
 //!   plain-text payload cannot be found to be hashed;
@@ -251,64 +251,13 @@ impl Redactor {
     }
 }
 
-/// `payload` as one JSON object with each key once at every depth (the
-/// contract refuses a key given twice; a round trip through
-/// `serde_json::Value` would merge them silently), else `None`.
+/// `payload` as a JSON object, else `None`. A key the contract reads
+/// given twice is refused by the contract itself (`json.malformed`, before
+/// any other reason), so such a reject never gets here; an unknown or
+/// nested key given twice is dropped or not stored by the contract, and
+/// merging it changes no stored row.
 fn parse_object(payload: &[u8]) -> Option<Value> {
-    serde_json::from_slice::<Unique>(payload).ok()?;
     serde_json::from_slice::<Value>(payload).ok().filter(Value::is_object)
-}
-
-/// Deserializes anything, failing on a key given twice in one object.
-struct Unique;
-
-impl<'de> serde::Deserialize<'de> for Unique {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
-        d.deserialize_any(UniqueVisitor)
-    }
-}
-
-struct UniqueVisitor;
-
-impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
-    type Value = Unique;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
-        Ok(Unique)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
-        Ok(Unique)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
-        Ok(Unique)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
-        Ok(Unique)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
-        Ok(Unique)
-    }
-    fn visit_unit<E>(self) -> Result<Unique, E> {
-        Ok(Unique)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
-        while seq.next_element::<Unique>()?.is_some() {}
-        Ok(Unique)
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
-        let mut keys = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if !keys.insert(key.into_owned()) {
-                return Err(serde::de::Error::custom("a key given twice"));
-            }
-            map.next_value::<Unique>()?;
-        }
-        Ok(Unique)
-    }
 }
 
 fn mask_text(s: &str) -> Option<String> {
@@ -399,9 +348,12 @@ mod tests {
             let original = out.original.expect("named");
             assert_eq!((original.bytes, original.sha256), (payload.len(), hex::encode(sha2::Sha256::digest(payload))));
         }
-        // Keys given twice are found whatever the reason the contract gave first.
+        // A contract field given twice is json.malformed whatever else is wrong: nothing kept.
+        let (_, contract, _) = event_setup();
         let twice = br#"{"request_id":"r-1","input_tokens":-1,"user_id":"x","user_id":"alice-77"}"#;
-        assert!(r.redact(twice, None, ReasonCode::FieldRange).payload.is_empty());
+        let reason = contract.normalize(twice, None, &hasher).expect_err("refused").reason;
+        assert_eq!(reason, ReasonCode::JsonMalformed);
+        assert!(r.redact(twice, None, reason).payload.is_empty());
         let clean = r.redact(b"{\"request_id\":\"r-2\",\"model_name\":\"m\"}", None, ReasonCode::FieldMissing);
         assert_eq!(clean.original, None, "nothing to redact: the original");
         let payload = br#"{"user_id":"bob","prompt":"x"}"#;
@@ -499,7 +451,8 @@ mod tests {
                 tail.push_str(&format!(",\"error_code\":{NEW_CODE},\"error_stage\":\"decode\""));
             }
             if extra_field {
-                tail.push_str(",\"x_unknown\":{\"user_id\":\"carol\"},\"prompt\":\"  hello there  \"");
+                // An unknown field given twice: the contract drops it, so live ingest stores the event.
+                tail.push_str(",\"x_unknown\":{\"user_id\":\"carol\"},\"prompt\":\"  hello there  \",\"x_twice\":1,\"x_twice\":2");
             }
             if how == 6 {
                 tail.push_str(",\"user_id\":\"alice-1\",\"user_id\":\"bob\"");
