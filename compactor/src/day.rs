@@ -67,6 +67,11 @@ async fn pause_point(step: &str) {
     inferlog_store::test_hooks::pause_point(PAUSE_ENV, step).await;
 }
 
+/// Holds at `step` until the test's resume file exists (a test adds rows meanwhile).
+async fn hold_point(step: &str) {
+    inferlog_store::test_hooks::hold_point(PAUSE_ENV, step).await;
+}
+
 impl DayWork {
     /// Runs `day` as far as it can go today, under the day's advisory lock.
     /// `force` redoes archive and aggregates even when nothing changed.
@@ -355,7 +360,7 @@ impl DayWork {
     async fn release(&self, day: Day) -> Result<DayOutcome, CompactorError> {
         let name = inferlog_store::day_string(day);
         let by = ReleaseBy { actor: "compactor", policy: self.hot_policy, dry_run: false };
-        match release_day(&self.hot, &self.catalog, day, by, pause_point("dropped")).await? {
+        match release_day(&self.hot, &self.catalog, day, by, hold_point("release-checked"), pause_point("dropped")).await? {
             Release::Released { rows, .. } => {
                 metrics::day_state(&self.metrics, &name, DayState::Released, rows);
                 Ok(DayOutcome::Released)

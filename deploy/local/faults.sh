@@ -3,8 +3,9 @@
 # (json, otlp_proto, otlp_json) × writer (the ingest daemon with two members,
 # `dlq replay`) × fault (kill -9 at a seeded moment, a ClickHouse outage past
 # max.poll.interval.ms with a rebalance, one of two concurrent day inserts
-# refused, an insert's answer lost) × hot tier (the single server, the
-# local cluster), on the local services. Prints one line per cell:
+# refused, an insert's answer lost, a day released while the writer adds
+# rows to it) × hot tier (the single server, the local cluster), on the
+# local services. Prints one line per cell:
 # stored, duplicates, missing, DLQ, seconds.
 #
 #   deploy/local/faults.sh [--seed N] [--cells otlp_proto/ingest,kill9]

@@ -10,7 +10,7 @@ use std::path::Path;
 use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
 pub use inferlog_store::config::{
-    ClickHouseConfig, IngestConfig, OtlpConfig, PostgresConfig, RetentionConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV,
+    ClickHouseConfig, ColdConfig, IngestConfig, OtlpConfig, PostgresConfig, RetentionConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV,
 };
 pub use inferlog_store::kafka::{
     Assignment, ClientSecurity, KafkaConfig, KafkaSecurity, Secret, SecurityProtocol, TopicEncoding, KAFKA_PASSWORD_ENV, SECRET_OPTIONS,
@@ -31,8 +31,12 @@ pub struct Config {
     /// `hot_days`; validated by the retention and compactor daemons.
     pub retention: RetentionConfig,
     /// The catalog, for `dlq replay` (its ledger, lock and audit rows);
-    /// the daemon does not connect to it.
+    /// the daemon connects to it only for a day at the hot policy's edge
+    /// ([`crate::late_days`]).
     pub postgres: PostgresConfig,
+    /// The archive, for `dlq replay` of a day already released from the
+    /// hot tier (its rows are looked up there); the daemon never reads it.
+    pub cold: ColdConfig,
 }
 
 impl Config {
@@ -48,6 +52,7 @@ impl Config {
             otlp: section(&root, "otlp")?,
             retention: section(&root, "retention")?,
             postgres: section(&root, "postgres")?,
+            cold: section(&root, "cold")?,
         };
         config.validate()?;
         Ok(config)
@@ -131,6 +136,7 @@ mod tests {
             otlp: OtlpConfig::default(),
             retention: RetentionConfig::default(),
             postgres: PostgresConfig::default(),
+            cold: ColdConfig::default(),
         };
         let e = config.validate().expect_err("secrets are refused in kafka.options");
         assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
@@ -147,6 +153,7 @@ mod tests {
             otlp: OtlpConfig::default(),
             retention: RetentionConfig::default(),
             postgres: PostgresConfig::default(),
+            cold: ColdConfig::default(),
         };
         config.validate().expect("defaults are valid");
         let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..config.clone() };

@@ -30,6 +30,8 @@ use bytes::Bytes;
 use clickhouse::Row;
 use inferlog_schema::{Contract, UserIdHasher};
 use inferlog_store::catalog::{AuditEntry, Catalog, DayState};
+use inferlog_store::cold::ColdStore;
+use inferlog_store::cold_lookup::{find_request_ids, ArchivedKey};
 use inferlog_store::dlq_ledger::{Coordinates, Entry};
 use inferlog_store::retry::{self, Retryable as _};
 use serde::{Deserialize, Serialize};
@@ -66,6 +68,11 @@ pub enum Refusal {
     /// No payload was kept: the contract could not read it as an event
     /// (`dlq_payload = "redacted"`); the producer must resend it.
     NoPayload,
+    /// Its day was released to a sampled archive, which keeps only some
+    /// of the day's rows: whether the event was stored after all (a copy
+    /// delivered again after the contract changed) cannot be told, and
+    /// storing it could count it twice.
+    DaySampled,
 }
 
 impl Refusal {
@@ -75,6 +82,7 @@ impl Refusal {
             Refusal::Truncated => "replay.truncated",
             Refusal::PiiMasked => "replay.pii_masked",
             Refusal::NoPayload => "replay.no_payload",
+            Refusal::DaySampled => "replay.day_sampled",
         }
     }
 }
@@ -251,7 +259,17 @@ struct Replay {
     /// Request-id fingerprints of this run's candidates, with their content.
     requests: HashMap<u64, u64>,
     /// Released days met so far.
-    released: HashMap<u16, bool>,
+    released: HashSet<u16>,
+    /// The archive, opened when a released day is first looked up.
+    cold: Option<ColdStore>,
+}
+
+/// Where a day's rows are, for a replay.
+struct DayRelease {
+    /// Released: a row stored now is a late row.
+    released: bool,
+    /// Released or being released: its rows may be in the archive only.
+    in_archive: bool,
 }
 
 /// Runs a replay under `config`.
@@ -276,7 +294,8 @@ pub async fn run(config: Config, options: Options) -> Result<Summary, IngestErro
         tally: Tally::default(),
         seen: HashSet::new(),
         requests: HashMap::new(),
-        released: HashMap::new(),
+        released: HashSet::new(),
+        cold: None,
     };
     let result = replay.run().await;
     lock.unlock().await;
@@ -455,6 +474,36 @@ impl Replay {
                 }
             }
         }
+        // Every day this chunk may write, locked shared: a release of one
+        // (which holds it exclusively) ends before the lookups below or
+        // starts after the rows are recorded stored, never in between.
+        let mut days: Vec<i32> = candidates.iter().map(|c| i32::from(c.day)).chain(copies.iter().map(|(_, d)| i32::from(*d))).collect();
+        days.sort_unstable();
+        days.dedup();
+        let lock = match self.catalog.lock_days_shared(&days, false).await? {
+            Some(lock) => Some(lock),
+            None if self.options.dry_run => None,
+            None => {
+                tracing::info!(days = days.len(), "a release holds one of this chunk's days; waiting for it to end");
+                self.catalog.lock_days_shared(&days, true).await?
+            }
+        };
+        let stored = self.store_chunk(candidates, copies, request_ids).await;
+        if let Some(lock) = lock {
+            lock.unlock().await;
+        }
+        stored
+    }
+
+    /// A chunk's candidates, under their days' shared locks: looked up in
+    /// the ledger, then in the tiers; the rest recorded pending, inserted,
+    /// recorded stored.
+    async fn store_chunk(
+        &mut self,
+        candidates: Vec<Candidate>,
+        copies: Vec<(Coordinates, u16)>,
+        request_ids: HashMap<u64, String>,
+    ) -> Result<(), IngestError> {
         // The ledger first: stored by an earlier replay.
         let ledger = self.catalog.replayed(&candidates.iter().map(|c| c.coordinates.clone()).collect::<Vec<_>>()).await?;
         let mut pending_here: Vec<Candidate> = Vec::new();
@@ -471,10 +520,24 @@ impl Replay {
         days.sort_unstable();
         days.dedup();
         let ids: Vec<String> = pending_here.iter().filter_map(|c| request_ids.get(&c.request_id).cloned()).collect();
-        let stored = self.by_request_id(&days, &ids).await?;
         let mut holders: HashMap<u64, Vec<Coordinates>> = HashMap::new();
-        for row in &stored {
+        for row in self.by_request_id(&days, &ids).await? {
             holders.entry(crate::batch::fingerprint(&row.request_id)).or_default().push(row.coordinates());
+        }
+        // A released day's rows are in the archive (the shared lock keeps
+        // them from moving meanwhile): looked up there too.
+        let mut sampled: HashSet<u16> = HashSet::new();
+        for &day in &days {
+            if !self.released(day).await?.in_archive {
+                continue;
+            }
+            let (found, is_sampled) = self.archived(day, &ids).await?;
+            for key in found {
+                holders.entry(crate::batch::fingerprint(&key.request_id)).or_default().push(key.coordinates);
+            }
+            if is_sampled {
+                sampled.insert(day);
+            }
         }
         let mut to_store: Vec<Candidate> = Vec::new();
         let mut landed: Vec<(Coordinates, u16)> = Vec::new();
@@ -485,12 +548,13 @@ impl Replay {
                     landed.push((c.coordinates, c.day));
                 }
                 Some(_) => self.tally.invalid(&c.reason, "request_id.conflict", "request_id"),
+                None if sampled.contains(&c.day) => self.tally.refused(&c.reason, Refusal::DaySampled),
                 None => to_store.push(c),
             }
         }
         for c in &to_store {
             self.tally.line(&c.reason).replayed += 1;
-            if self.released(c.day).await? {
+            if self.released(c.day).await?.released {
                 self.tally.late_rows += 1;
             }
         }
@@ -564,18 +628,34 @@ impl Replay {
             .await
     }
 
-    /// Whether `day` was already released from the hot tier.
-    async fn released(&mut self, day: u16) -> Result<bool, IngestError> {
-        if let Some(r) = self.released.get(&day) {
-            return Ok(*r);
+    /// Whether `day` was already released from the hot tier, or its
+    /// release began (its rows may be in the archive only). A release is
+    /// remembered for the run; a day not released is asked again, as a
+    /// release may come between two chunks.
+    async fn released(&mut self, day: u16) -> Result<DayRelease, IngestError> {
+        if self.released.contains(&day) {
+            return Ok(DayRelease { released: true, in_archive: true });
         }
-        let record = self.catalog.day(i32::from(day)).await?;
-        let released = record.is_some_and(|r| r.state == DayState::Released);
+        let state = self.catalog.day(i32::from(day)).await?.map(|r| r.state);
+        let released = state == Some(DayState::Released);
         if released {
             tracing::warn!(day = %inferlog_store::day_string(i32::from(day)), "replayed rows for a day already released: the compactor archives them as a supplement");
+            self.released.insert(day);
         }
-        self.released.insert(day, released);
-        Ok(released)
+        Ok(DayRelease { released, in_archive: released || state == Some(DayState::Releasing) })
+    }
+
+    /// The archived rows of `day` holding one of `ids`, and whether the
+    /// day's archive is sampled (holds fewer rows than it stands for).
+    async fn archived(&mut self, day: u16, ids: &[String]) -> Result<(Vec<ArchivedKey>, bool), IngestError> {
+        let manifest = self.catalog.manifest(Some(i32::from(day))).await?;
+        let sampled = manifest.iter().any(|m| m.represented_rows > m.rows);
+        let cold = match &self.cold {
+            Some(cold) => cold.clone(),
+            None => self.cold.insert(ColdStore::new(&self.config.cold)?).clone(),
+        };
+        let ids: HashSet<String> = ids.iter().cloned().collect();
+        Ok((find_request_ids(&cold, &manifest, &ids).await?, sampled))
     }
 
     /// One audit row per run (dry runs too): what it stored, by reason.

@@ -42,6 +42,10 @@ pub enum IngestError {
     /// producer (a restart) can go on.
     #[error("the DLQ producer is in a fatal state: {reason}; restarting resumes from the last commit")]
     DlqFatal { reason: String },
+    /// A release of the day holds its lock ([`crate::late_days`]): the
+    /// insert waits for it to end, then lands as late rows.
+    #[error("day {day} is being released from the hot tier; its rows wait for the release to end, then land as late rows the compactor archives as a supplement")]
+    DayReleasing { day: String },
     #[error("not drained: {0}")]
     NotDrained(String),
     /// A revocation has waited on this batch so long that the group may
@@ -70,6 +74,7 @@ impl IngestError {
             | IngestError::DlqProduce { .. }
             | IngestError::DlqFatal { .. }
             | IngestError::NotDrained(_)
+            | IngestError::DayReleasing { .. }
             | IngestError::Fenced { .. }
             | IngestError::ShutdownTimeout(_)
             | IngestError::FinalCommit(_)

@@ -40,6 +40,7 @@ pub mod error;
 pub mod hooks;
 pub mod in_flight;
 pub mod lag;
+pub mod late_days;
 pub mod memory;
 pub mod metrics;
 pub mod normalize;

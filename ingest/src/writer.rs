@@ -27,6 +27,7 @@ use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows};
 use crate::config::IngestConfig;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
+use crate::late_days::LateDays;
 use crate::metrics::{self, Metrics};
 use crate::sort::Order;
 use crate::source::FlushGate;
@@ -54,6 +55,8 @@ pub struct Writer {
     /// The rebalance gate whose fence every attempt checks first
     /// ([`FlushGate::fenced`]).
     gate: Arc<FlushGate>,
+    /// The day locks of inserts a release may meet ([`LateDays`]).
+    late: Arc<LateDays>,
 }
 
 impl Writer {
@@ -66,8 +69,19 @@ impl Writer {
         metrics: Metrics,
         shutdown: watch::Receiver<bool>,
         gate: Arc<FlushGate>,
+        late: LateDays,
     ) -> Writer {
-        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, deadline: Arc::new(Mutex::new(None)), done: Arc::default(), gate }
+        Writer {
+            sink,
+            dlq: Arc::new(dlq),
+            config,
+            metrics,
+            shutdown,
+            deadline: Arc::new(Mutex::new(None)),
+            done: Arc::default(),
+            gate,
+            late: Arc::new(late),
+        }
     }
 
     /// Starts the shutdown budget (`shutdown_timeout`) if it has not started.
@@ -160,7 +174,11 @@ impl Writer {
     }
 
     /// Inserts one day's rows (retried; a retry first checks whether the
-    /// attempt before landed), then hands their buffers to `pool`.
+    /// attempt before landed), then hands their buffers to `pool`. A day a
+    /// release may meet is inserted under its shared lock, taken by the
+    /// first attempt that needs it and held to the last ([`LateDays`]):
+    /// the check of a retry never misses rows an earlier attempt landed
+    /// because a release dropped them in between.
     async fn insert_day(&self, mut rows: EncodedRows, pool: &BufferPool) -> Result<(), IngestError> {
         // The table's order (crate::sort), computed off the async workers:
         // tens of milliseconds for a 200,000-row batch. Without it the
@@ -170,11 +188,24 @@ impl Writer {
         let rows = Arc::new(rows);
         let attempt = rows.clone();
         let id = self.sink.insert_id();
-        self.retry("insert rows", |sink, retry| {
-            let (rows, id) = (attempt.clone(), &id);
-            async move { sink.insert_rows(&rows, id, retry).await }
-        })
-        .await?;
+        let day = i32::from(rows.first.day);
+        let held = tokio::sync::Mutex::new(None);
+        let inserted = self
+            .retry("insert rows", |sink, retry| {
+                let (rows, id, held) = (attempt.clone(), &id, &held);
+                async move {
+                    let mut held = held.lock().await;
+                    if held.is_none() {
+                        *held = self.late.hold(day, now_ms()).await?;
+                    }
+                    sink.insert_rows(&rows, id, retry).await
+                }
+            })
+            .await;
+        if let Some(lock) = held.into_inner() {
+            lock.unlock().await;
+        }
+        inserted?;
         // Written: its buffers serve the batches that follow. One batch
         // fills meanwhile, so the pool keeps at most another batch's worth.
         if let Ok(rows) = Arc::try_unwrap(rows) {

@@ -127,7 +127,7 @@ pub async fn enforce(
             continue;
         };
         let by = ReleaseBy { actor: "retention", policy: policies.hot_days, dry_run };
-        let released = release_day(&stores.hot, catalog, p.day, by, pause_point("hot")).await;
+        let released = release_day(&stores.hot, catalog, p.day, by, std::future::ready(()), pause_point("hot")).await;
         lock.unlock().await;
         let outcome = match released.map_err(tier_err("hot"))? {
             Release::Released { rows, .. } => (Some(rows), if dry_run { Outcome::WouldDelete } else { Outcome::Deleted }),

@@ -120,23 +120,39 @@ use chrono::Datelike;
 /// Held per-day advisory locks (one day, or several). They live on their
 /// own connection; `unlock` releases them, and if the process dies
 /// Postgres releases them with the connection.
+///
+/// Two modes: the exclusive lock of whoever changes a day as a whole (the
+/// compactor archiving and releasing it, retention, erasure; each only
+/// tries, and skips a busy day), and the shared lock of whoever adds rows
+/// to a day that may be released meanwhile (a replay; the ingest daemon
+/// for a day near or past the hot policy). Rows added under the shared
+/// lock land either before a release looks at the day (its fingerprint
+/// check sees them) or after its drop (late rows, archived as a
+/// supplement): never between the check and the drop.
 #[derive(Debug)]
 pub struct DayLock {
     conn: Option<sqlx::pool::PoolConnection<Postgres>>,
     space: i32,
     days: Vec<Day>,
+    shared: bool,
 }
 
 impl DayLock {
-    /// Locks held on `conn` under `space`, with these second keys.
+    /// Exclusive locks held on `conn` under `space`, with these second keys.
     pub(crate) fn held(conn: sqlx::pool::PoolConnection<Postgres>, space: i32, keys: Vec<i32>) -> DayLock {
-        DayLock { conn: Some(conn), space, days: keys }
+        DayLock { conn: Some(conn), space, days: keys, shared: false }
+    }
+
+    /// The days (second keys) held.
+    pub fn days(&self) -> &[Day] {
+        &self.days
     }
 
     pub async fn unlock(mut self) {
+        let sql = if self.shared { "SELECT pg_advisory_unlock_shared($1, $2)" } else { "SELECT pg_advisory_unlock($1, $2)" };
         if let Some(mut conn) = self.conn.take() {
             for &day in &self.days {
-                let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)").bind(self.space).bind(day).execute(&mut *conn).await;
+                let unlocked = sqlx::query(sql).bind(self.space).bind(day).execute(&mut *conn).await;
                 if unlocked.is_err() {
                     // The lock may still be held by this session: never reuse it.
                     conn.close_on_drop();
@@ -215,14 +231,40 @@ impl Catalog {
             .fetch_one(&mut *conn)
             .await
             .map_err(StoreError::postgres("advisory lock"))?;
-        Ok(locked.then_some(DayLock { conn: Some(conn), space: self.lock_space, days: vec![day] }))
+        Ok(locked.then_some(DayLock { conn: Some(conn), space: self.lock_space, days: vec![day], shared: false }))
+    }
+
+    /// Takes the shared lock of each of `days` on one connection, or none
+    /// of them while a process holds one exclusively (a release in
+    /// progress): see [`DayLock`]. With `wait`, waits for it instead
+    /// (only the exclusive holders wait never, so waiting cannot deadlock).
+    pub async fn lock_days_shared(&self, days: &[Day], wait: bool) -> Result<Option<DayLock>, StoreError> {
+        let conn = self.pool.acquire().await.map_err(StoreError::postgres("acquire"))?;
+        let mut lock = DayLock { conn: Some(conn), space: self.lock_space, days: Vec::with_capacity(days.len()), shared: true };
+        let sql =
+            if wait { "SELECT true FROM (SELECT pg_advisory_lock_shared($1, $2)) AS waited" } else { "SELECT pg_try_advisory_lock_shared($1, $2)" };
+        for &day in days {
+            let Some(conn) = lock.conn.as_mut() else { break };
+            let locked: bool = sqlx::query_scalar(sql)
+                .bind(self.lock_space)
+                .bind(day)
+                .fetch_one(&mut **conn)
+                .await
+                .map_err(StoreError::postgres("shared advisory lock"))?;
+            if !locked {
+                lock.unlock().await;
+                return Ok(None);
+            }
+            lock.days.push(day);
+        }
+        Ok(Some(lock))
     }
 
     /// Takes the advisory locks of every day of `days` on one connection,
     /// or none of them if another replica holds one.
     pub async fn try_lock_days(&self, days: &[Day]) -> Result<Option<DayLock>, StoreError> {
         let conn = self.pool.acquire().await.map_err(StoreError::postgres("acquire"))?;
-        let mut lock = DayLock { conn: Some(conn), space: self.lock_space, days: Vec::with_capacity(days.len()) };
+        let mut lock = DayLock { conn: Some(conn), space: self.lock_space, days: Vec::with_capacity(days.len()), shared: false };
         for &day in days {
             let Some(conn) = lock.conn.as_mut() else { break };
             let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")

@@ -23,6 +23,10 @@ pub enum StoreError {
     ObjectStore { operation: &'static str, key: String, source: object_store::Error },
     #[error("metrics server on {addr}: {source}")]
     Metrics { addr: String, source: std::io::Error },
+    /// An archive object that could not be read as Parquet (a read from
+    /// the store that failed is one too): transient, read again.
+    #[error("archive object {key}: {operation}: {source}")]
+    Parquet { operation: &'static str, key: String, source: parquet::errors::ParquetError },
 }
 
 impl StoreError {
@@ -62,7 +66,7 @@ impl StoreError {
                 _ => ErrorClass::Retry,
             },
             StoreError::Schema(e) => e.class(),
-            StoreError::Unconfirmed(_) => ErrorClass::Retry,
+            StoreError::Unconfirmed(_) | StoreError::Parquet { .. } => ErrorClass::Retry,
             StoreError::Config(_) | StoreError::Migrate(_) | StoreError::Metrics { .. } => ErrorClass::Fail,
         }
     }

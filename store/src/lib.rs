@@ -23,6 +23,7 @@ pub mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod cold;
+pub mod cold_lookup;
 pub mod config;
 pub mod cost;
 pub mod dlq_ledger;

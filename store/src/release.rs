@@ -68,13 +68,16 @@ pub struct ReleaseBy {
 
 /// Drops `day` from the hot tier if, and only if, the catalog holds a
 /// verified archive of exactly its current rows and its aggregates. The
-/// caller holds the day's advisory lock. `after_drop` runs between the drop
-/// and its bookkeeping (a test hook for crashes at that point).
-pub async fn release_day<F: Future<Output = ()>>(
+/// caller holds the day's advisory lock exclusively, so no replay or late
+/// insert (which take it shared, [`crate::catalog::DayLock`]) lands
+/// between the check and the drop. `before_drop` runs between the two, and
+/// `after_drop` between the drop and its bookkeeping (test hooks).
+pub async fn release_day<G: Future<Output = ()>, F: Future<Output = ()>>(
     hot: &HotTier,
     catalog: &Catalog,
     day: Day,
     by: ReleaseBy,
+    before_drop: G,
     after_drop: F,
 ) -> Result<Release, StoreError> {
     let Some(record) = catalog.day(day).await? else {
@@ -124,6 +127,7 @@ pub async fn release_day<F: Future<Output = ()>>(
     if record.state != DayState::Releasing {
         catalog.mark(day, DayState::Releasing).await?;
     }
+    before_drop.await;
     hot.drop_day(day).await?;
     after_drop.await;
     catalog.record_release(day, &audit).await?;

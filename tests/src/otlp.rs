@@ -136,8 +136,14 @@ impl Workload {
     /// before it, the rest after, spread over `spread_ms` either side),
     /// one in `invalid_every` invalid; `tag` makes the ids unique to a run.
     pub fn around_midnight(input: Input, count: usize, per_message: usize, invalid_every: usize, seed: u64, tag: &str) -> Workload {
+        Workload::around(crate::now_ms().div_euclid(MS_PER_DAY), input, count, per_message, invalid_every, seed, tag)
+    }
+
+    /// As [`Workload::around_midnight`], around the midnight that starts
+    /// `day` (days since 1970-01-01).
+    pub fn around(day: i64, input: Input, count: usize, per_message: usize, invalid_every: usize, seed: u64, tag: &str) -> Workload {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let midnight = crate::now_ms().div_euclid(MS_PER_DAY) * MS_PER_DAY;
+        let midnight = day * MS_PER_DAY;
         let spread_ms = 50_000;
         let lines = ["search", "chat", "code", "support"];
         let requests = (0..count)
@@ -200,8 +206,16 @@ impl Workload {
 
     /// Writes [`Workload::lines`] to `dir` and produces them to `topic`.
     pub fn produce(&self, dir: &Path, topic: &str) -> PathBuf {
-        let path = dir.join(format!("workload-{}.lines", self.input.encoding()));
-        let mut text = self.lines().join("\n");
+        self.produce_part(dir, topic, 0, 1)
+    }
+
+    /// Produces part `part` of `parts` of the messages (in order): a
+    /// workload sent in several goes.
+    pub fn produce_part(&self, dir: &Path, topic: &str, part: usize, parts: usize) -> PathBuf {
+        let path = dir.join(format!("workload-{}-{part}.lines", self.input.encoding()));
+        let lines = self.lines();
+        let per = lines.len().div_ceil(parts.max(1));
+        let mut text = lines.iter().skip(part * per).take(per).cloned().collect::<Vec<_>>().join("\n");
         text.push('\n');
         std::fs::write(&path, text).expect("write the workload");
         let file = path.to_str().expect("utf-8 path");

@@ -17,6 +17,10 @@
 //!   request blackholed) longer than `max.poll.interval.ms` with a member
 //!   joining during it; the second of two concurrent day inserts refused,
 //!   then accepted; the answer to an insert lost after the server stored it;
+//!   a day released while the writer adds rows to it (the workload eight
+//!   days old, the compactor held between its check of the day's rows and
+//!   the drop while the writer starts; the final state is then the hot
+//!   table and the archive, read with pyarrow);
 //! - hot tiers: the single server; the local cluster (2 shards × 2
 //!   replicas), the proxy in front of the replica shard 1's inserts go to
 //!   (the ingest writer only: `dlq replay` refuses a cluster, issue 60).
@@ -78,6 +82,7 @@ enum FaultKind {
     Outage,
     DayInsertRefused,
     AnswerLost,
+    ReleaseRace,
 }
 
 impl Writer {
@@ -91,19 +96,20 @@ impl Writer {
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 4] = [FaultKind::Kill9, FaultKind::Outage, FaultKind::DayInsertRefused, FaultKind::AnswerLost];
+    const ALL: [FaultKind; 5] = [FaultKind::Kill9, FaultKind::Outage, FaultKind::DayInsertRefused, FaultKind::AnswerLost, FaultKind::ReleaseRace];
     fn name(self) -> &'static str {
         match self {
             FaultKind::Kill9 => "kill9",
             FaultKind::Outage => "outage",
             FaultKind::DayInsertRefused => "day_insert_refused",
             FaultKind::AnswerLost => "answer_lost",
+            FaultKind::ReleaseRace => "release_race",
         }
     }
 }
 
 /// The cells `.ci/run` runs: each input, writer, fault and tier at least once.
-const CI_CELLS: [(Input, Writer, FaultKind, Tier); 7] = [
+const CI_CELLS: [(Input, Writer, FaultKind, Tier); 9] = [
     (Input::OtlpProto, Writer::Ingest, FaultKind::DayInsertRefused, Tier::Single),
     (Input::OtlpJson, Writer::Ingest, FaultKind::AnswerLost, Tier::Single),
     (Input::Json, Writer::Ingest, FaultKind::Kill9, Tier::Single),
@@ -111,6 +117,8 @@ const CI_CELLS: [(Input, Writer, FaultKind, Tier); 7] = [
     (Input::OtlpProto, Writer::Replay, FaultKind::Kill9, Tier::Single),
     (Input::OtlpJson, Writer::Replay, FaultKind::DayInsertRefused, Tier::Single),
     (Input::OtlpProto, Writer::Ingest, FaultKind::DayInsertRefused, Tier::Cluster),
+    (Input::OtlpProto, Writer::Ingest, FaultKind::ReleaseRace, Tier::Single),
+    (Input::Json, Writer::Replay, FaultKind::ReleaseRace, Tier::Single),
 ];
 
 /// Spans a message of an OTLP workload.
@@ -136,6 +144,7 @@ struct Outcome {
 struct Cell {
     s: Scenario,
     tier: Tier,
+    fault: FaultKind,
     /// The config whose ClickHouse is the proxy (`s.config` reaches it directly).
     proxied: std::path::PathBuf,
     proxy: FaultProxy,
@@ -159,9 +168,15 @@ impl Cell {
         let s = Scenario::with_kafka("matrix", 2, &kafka, "batch_max_rows = 2000\n");
         let config = std::fs::read_to_string(&s.config).expect("config").replace("\"TOPIC\"", &format!("\"{}\"", s.topic));
         let single = format!("url = \"{}\"\n", inferlog_tests::clickhouse_url());
+        // The compactor reads a day of several parts with FINAL, which a
+        // plain MergeTree refuses: a release cell writes ingest's own table
+        // and ends with every row in the archive, where nothing collapses.
+        let release = fault == FaultKind::ReleaseRace;
         let (direct, proxy) = match tier {
             Tier::Single => {
-                s.create_plain_hot_table();
+                if !release {
+                    s.create_plain_hot_table();
+                }
                 (config, FaultProxy::clickhouse())
             }
             Tier::Cluster => {
@@ -169,20 +184,35 @@ impl Cell {
                 let cluster = format!("url = \"{CLUSTER_URL}\"\ncluster = \"inferlog\"\nrequest_timeout = \"10s\"\n");
                 let shards = "[[clickhouse.shards]]\nreplicas = [\"http://127.0.0.1:8131\", \"http://127.0.0.1:8132\"]\npartitions = [0]\n\
                               [[clickhouse.shards]]\nreplicas = [\"http://127.0.0.1:8133\", \"http://127.0.0.1:8134\"]\npartitions = [1]\n";
-                create_plain_cluster_table(&s.table);
+                if !release {
+                    create_plain_cluster_table(&s.table);
+                }
                 (config.replacen(&single, &cluster, 1) + shards, FaultProxy::start("127.0.0.1:8131"))
             }
         };
+        // The catalog and the archive: ingest takes a day's lock there for a
+        // day at the hot policy's edge, dlq replay keeps its ledger and looks
+        // released days up, the compactor archives and releases.
+        let direct = direct + &tiers_sections(&s);
         std::fs::write(&s.config, &direct).expect("config");
         let proxied = s.dir.path().join("proxied.toml");
-        let through = match tier {
+        let mut through = match tier {
             Tier::Single => direct.replacen(&single, &format!("url = \"{}\"\n", proxy.url()), 1),
             Tier::Cluster => direct.replace(CLUSTER_URL, &proxy.url()),
         };
+        if release {
+            // The writers take events of days past the 7-day hot policy (the
+            // compactor, on the direct config, refuses such an age): days of
+            // real time fit in a test.
+            through.push_str("\n[schema]\nmax_event_age = \"30d\"\n");
+        }
         std::fs::write(&proxied, through).expect("config");
         let count = if input == Input::Json { 3_000 } else { 6_000 };
-        let workload = Workload::around_midnight(input, count, PER_MESSAGE, INVALID_EVERY, seed, &s.table);
-        Cell { s, tier, proxied, proxy, workload, name, seed, rng, started: Instant::now(), notes: Vec::new() }
+        let today = inferlog_tests::now_ms().div_euclid(86_400_000);
+        // A release cell's midnight is eight days ago: both days past the policy.
+        let day = if release { today - 8 } else { today };
+        let workload = Workload::around(day, input, count, PER_MESSAGE, INVALID_EVERY, seed, &s.table);
+        Cell { s, tier, fault, proxied, proxy, workload, name, seed, rng, started: Instant::now(), notes: Vec::new() }
     }
 
     /// The hot table's INSERTs (not the replay log's or the rejects
@@ -207,7 +237,11 @@ impl Cell {
     }
 
     fn logs(&self) -> String {
-        ["a.log", "b.log", "b2.log", "a2.log", "replay.log"].iter().map(|l| format!("--- {l}\n{}", self.s.log(l))).collect::<Vec<_>>().join("\n")
+        ["a.log", "b.log", "b2.log", "a2.log", "replay.log", "compactor-1.log", "compactor-2.log", "compactor-3.log", "compactor-4.log"]
+            .iter()
+            .map(|l| format!("--- {l}\n{}", self.s.log(l)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Waits until the first INSERT into the hot table went through the proxy.
@@ -225,7 +259,7 @@ impl Cell {
                 self.proxy.add(Rule::nth(&insert, 1, Fault::LoseAnswer));
                 self.proxy.add(Rule::nth(&insert, 4, Fault::LoseAnswer));
             }
-            FaultKind::Kill9 | FaultKind::Outage => {}
+            FaultKind::Kill9 | FaultKind::Outage | FaultKind::ReleaseRace => {}
         }
         self.workload.produce(self.s.dir.path(), &self.s.topic);
         let mut a = self.spawn("a.log", Some("8s"));
@@ -272,19 +306,11 @@ impl Cell {
         assert!(status.success(), "{}: the last pass exited {status}: {}", self.name, self.logs());
     }
 
-    /// The config `dlq replay` runs with: the unknown code known, the ledger in Postgres.
+    /// The config `dlq replay` runs with: the unknown code known.
     fn fixed_config(&self) -> std::path::PathBuf {
         let fixed = self.s.dir.path().join("fixed.toml");
         let base = std::fs::read_to_string(&self.proxied).expect("config");
-        std::fs::write(
-            &fixed,
-            format!(
-                "{base}\n[postgres]\nurl = \"{}\"\nschema = \"{}\"\n\n[schema.error_codes]\n\"{UNKNOWN_CODE}\" = \"kv_cache_evicted\"\n",
-                inferlog_tests::tiers::postgres_url(),
-                self.schema()
-            ),
-        )
-        .expect("write config");
+        std::fs::write(&fixed, format!("{base}\n[schema.error_codes]\n\"{UNKNOWN_CODE}\" = \"kv_cache_evicted\"\n")).expect("write config");
         fixed
     }
 
@@ -297,6 +323,8 @@ impl Cell {
         cmd.arg("--config").arg(fixed).args(["dlq", "replay", "--format", "json", "--batch", "200"]);
         cmd.env("INFERLOG_HASH_KEY_FILE", self.s.dir.path().join("hash.key")).env_remove("INFERLOG_HASH_KEY").env_remove("INFERLOG_CONFIG");
         cmd.env(Self::TIMEOUT.0, Self::TIMEOUT.1);
+        // The archive, where a released day's rows are looked up.
+        cmd.env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret()).env_remove("AWS_ACCESS_KEY_ID");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.s.dir.path().join("replay.log")).expect("log file");
         cmd.stderr(log).stdout(std::process::Stdio::null());
         cmd
@@ -315,7 +343,7 @@ impl Cell {
         match fault {
             FaultKind::DayInsertRefused => self.proxy.add(Rule::nth(&insert, 2, Fault::Reset { after: Duration::from_millis(300) })),
             FaultKind::AnswerLost => self.proxy.add(Rule::nth(&insert, 1, Fault::LoseAnswer)),
-            FaultKind::Kill9 | FaultKind::Outage => {}
+            FaultKind::Kill9 | FaultKind::Outage | FaultKind::ReleaseRace => {}
         }
         let mut replay = self.replay_command(&fixed).spawn().expect("dlq replay");
         match fault {
@@ -344,6 +372,120 @@ impl Cell {
         assert!(status.success(), "{}: the second replay exited {status}: {}", self.name, self.logs());
     }
 
+    /// `inferlog-compactor --once` on the direct config; with `hold`, it
+    /// holds in its first release, between the check of the day's rows
+    /// and the drop, until `hold` exists.
+    fn compactor(&self, log: &str, hold: Option<&std::path::Path>) -> Child {
+        let mut cmd = Command::new(inferlog_tests::bin("inferlog-compactor"));
+        cmd.arg("--config").arg(&self.s.config).arg("--once");
+        cmd.env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret()).env_remove("AWS_ACCESS_KEY_ID").env_remove("INFERLOG_CONFIG");
+        if let Some(resume) = hold {
+            cmd.env("INFERLOG_COMPACTOR_PAUSE_AFTER", "release-checked").env("INFERLOG_TEST_RESUME_FILE", resume);
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.s.dir.path().join(log)).expect("log file");
+        cmd.stdout(std::process::Stdio::null()).stderr(log);
+        cmd.spawn().expect("inferlog-compactor")
+    }
+
+    /// A day released while `writer` adds rows to it: the workload's days
+    /// (eight and nine days ago, past the hot policy) stored (for the
+    /// replay: its valid events), archived; the compactor held in its first
+    /// release between the check and the drop; the writer started (ingest
+    /// on the workload's second half, or the replay of the refused events)
+    /// until its rows went in or it waits for the release; the release
+    /// resumed. Then the compactor again until every day is released and
+    /// its late rows archived as supplements.
+    fn release_race(&mut self, writer: Writer) {
+        let (dir, topic) = (self.s.dir.path().to_path_buf(), self.s.topic.clone());
+        let parts = if writer == Writer::Ingest { 2 } else { 1 };
+        self.workload.produce_part(&dir, &topic, 0, parts);
+        let mut a = self.spawn("a.log", Some("6s"));
+        let status = wait_with_limit(&mut a, Duration::from_secs(300));
+        assert!(status.success(), "{}: ingest exited {status}: {}", self.name, self.logs());
+        let resume = dir.join("resume");
+        let mut compactor = self.compactor("compactor-1.log", Some(&resume));
+        wait_for(
+            Duration::from_secs(120),
+            || self.s.log("compactor-1.log").contains("held here until") || compactor.try_wait().ok().flatten().is_some(),
+            || self.logs(),
+        );
+        assert!(compactor.try_wait().expect("wait").is_none(), "{}: the compactor ended before its release: {}", self.name, self.logs());
+        let insert = self.hot_insert();
+        let seen = self.proxy.seen(&insert);
+        let (mut w, log, waiting) = match writer {
+            Writer::Ingest => {
+                self.workload.produce_part(&dir, &topic, 1, 2);
+                (self.spawn("b.log", Some("6s")), "b.log", "is being released")
+            }
+            Writer::Replay => {
+                let fixed = self.fixed_config();
+                (self.replay_command(&fixed).spawn().expect("dlq replay"), "replay.log", "a release holds one of this chunk's days")
+            }
+        };
+        // Until both days' rows went in, or the writer waits for the release.
+        wait_for(
+            Duration::from_secs(120),
+            || self.proxy.seen(&insert) >= seen + 2 || self.s.log(log).contains(waiting) || w.try_wait().ok().flatten().is_some(),
+            || self.logs(),
+        );
+        assert!(
+            self.proxy.seen(&insert) > seen || self.s.log(log).contains(waiting),
+            "{}: the writer wrote nothing while the release was held: {}",
+            self.name,
+            self.logs()
+        );
+        if self.s.log(log).contains(waiting) {
+            self.notes.push("waited".into());
+        }
+        std::fs::write(&resume, "").expect("resume the compactor");
+        // A day whose rows changed under it fails this pass (exit 75) and is archived again by the next.
+        let status = wait_with_limit(&mut compactor, Duration::from_secs(300));
+        assert!(status.success() || status.code() == Some(75), "{}: the compactor exited {status}: {}", self.name, self.logs());
+        let status = wait_with_limit(&mut w, Duration::from_secs(300));
+        assert!(status.success(), "{}: the writer exited {status}: {}", self.name, self.logs());
+        if writer == Writer::Replay {
+            let status = self.replay_command(&self.fixed_config()).status().expect("dlq replay");
+            assert!(status.success(), "{}: the second replay exited {status}: {}", self.name, self.logs());
+        }
+        // Passes until no hot row is left (a pass archives what the one before left changed).
+        let hot = format!("SELECT count() FROM {}", self.s.qualified_table());
+        let mut pass = 2;
+        while try_clickhouse_at(&self.tier.url(), &hot).unwrap_or_else(|e| panic!("{e}")).trim() != "0" {
+            assert!(pass <= 4, "{}: hot rows left after {} compactor passes: {}", self.name, pass - 1, self.logs());
+            let log = format!("compactor-{pass}.log");
+            let status = wait_with_limit(&mut self.compactor(&log, None), Duration::from_secs(300));
+            assert!(status.success(), "{}: compactor pass {pass} exited {status}: {}", self.name, self.logs());
+            pass += 1;
+        }
+        let unreleased = self.psql("SELECT count(*) FROM compactor_days WHERE state <> 'released'");
+        assert_eq!(unreleased, "0", "{}: every day released: {}", self.name, self.psql("SELECT day, state, last_error FROM compactor_days"));
+    }
+
+    /// Request ids in the archive objects the manifest lists, with their
+    /// counts (read with pyarrow, not inferlog).
+    fn archived(&self) -> BTreeMap<String, usize> {
+        let manifest: BTreeSet<String> = self.psql("SELECT object_key FROM cold_manifest").lines().map(str::to_owned).collect();
+        let script = inferlog_tests::repo_root().join("tests/scripts/read_archive.py");
+        let out = Command::new("python3")
+            .arg(script)
+            .args([&inferlog_tests::tiers::s3_endpoint(), "inferlog-cold", &format!("{}/", self.schema()), "0"])
+            .output()
+            .expect("python3");
+        assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
+        let objects: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let mut ids = BTreeMap::new();
+        for object in objects.as_array().into_iter().flatten() {
+            let key = object["key"].as_str().unwrap_or_default();
+            if !manifest.iter().any(|m| m == key || key.ends_with(m.as_str())) {
+                continue;
+            }
+            for id in object["request_ids"].as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
+                *ids.entry(id.to_owned()).or_default() += 1;
+            }
+        }
+        ids
+    }
+
     /// Compares the final state with the workload.
     fn check(&self, writer: Writer) -> Outcome {
         let mut expected = self.workload.valid_ids();
@@ -353,8 +495,13 @@ impl Cell {
         }
         let sql = format!("SELECT request_id, count() FROM {} GROUP BY request_id FORMAT TSV", self.s.qualified_table());
         let rows = try_clickhouse_at(&self.tier.url(), &sql).unwrap_or_else(|e| panic!("{e}"));
-        let stored: BTreeMap<String, usize> =
+        let mut stored: BTreeMap<String, usize> =
             rows.lines().filter_map(|l| l.split_once('\t')).map(|(id, n)| (id.to_owned(), n.parse().expect("count"))).collect();
+        if self.fault == FaultKind::ReleaseRace {
+            for (id, n) in self.archived() {
+                *stored.entry(id).or_default() += n;
+            }
+        }
         let mut out = Outcome {
             stored: stored.values().sum(),
             duplicates: stored.values().map(|n| n - 1).sum(),
@@ -428,6 +575,16 @@ fn report_line(line: &str) {
     }
 }
 
+/// The `[postgres]`, `[cold]` and `[compactor]` tables of a cell's config.
+fn tiers_sections(s: &Scenario) -> String {
+    let schema = s.table.to_ascii_lowercase();
+    format!(
+        "\n[postgres]\nurl = \"{}\"\nschema = \"{schema}\"\n\n[cold]\nurl = \"s3://inferlog-cold/{schema}/\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"inferlog\"\n\n[compactor]\nmetrics_addr = \"\"\nlateness = \"1s\"\n",
+        inferlog_tests::tiers::postgres_url(),
+        inferlog_tests::tiers::s3_endpoint()
+    )
+}
+
 /// The hot table on the cluster as ingest makes it, but on a plain
 /// `ReplicatedMergeTree`: no merge can collapse a duplicate.
 fn create_plain_cluster_table(table: &str) {
@@ -443,9 +600,10 @@ fn create_plain_cluster_table(table: &str) {
 /// Runs one cell and asserts its guarantee.
 fn run(input: Input, writer: Writer, fault: FaultKind, tier: Tier) {
     let mut cell = Cell::new(input, writer, fault, tier);
-    match writer {
-        Writer::Ingest => cell.ingest(fault),
-        Writer::Replay => cell.replay(fault),
+    match (writer, fault) {
+        (_, FaultKind::ReleaseRace) => cell.release_race(writer),
+        (Writer::Ingest, _) => cell.ingest(fault),
+        (Writer::Replay, _) => cell.replay(fault),
     }
     let fired = cell.proxy.fired();
     let o = cell.check(writer);

@@ -272,6 +272,8 @@ impl Planted {
         let mut cmd = std::process::Command::new(inferlog_tests::bin("inferlog-ingest"));
         cmd.arg("--config").arg(&self.fixed).args(["dlq", "replay", "--format", "json"]).args(args);
         cmd.env("INFERLOG_HASH_KEY_FILE", self.s.dir.path().join("hash.key")).env_remove("INFERLOG_HASH_KEY").env_remove("INFERLOG_CONFIG");
+        // The archive, where a released day's request ids are looked up.
+        cmd.env("AWS_SECRET_ACCESS_KEY", inferlog_tests::tiers::s3_secret()).env_remove("AWS_ACCESS_KEY_ID");
         cmd.envs(env.iter().copied());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.s.dir.path().join(log)).expect("log file");
         cmd.stderr(log);
@@ -545,6 +547,76 @@ fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
     // And a second replay, with the day released again, stores nothing.
     let (_, again) = p.replay(&[], "again.log");
     assert_eq!((again["replayed"].as_u64(), again["already_stored"].as_u64()), (Some(0), Some(p.planted.len() as u64)));
+}
+
+/// Defect 4 of issue 56: `dlq replay` looks the request ids of a released
+/// day up in the archive, not in the hot table only. Ten planted events
+/// were sent again corrected (the same request id, a known code) and
+/// stored live; their day is archived and released; the replay takes the
+/// ten as conflicts (`request_id.conflict`), stores the other planted
+/// events once, and the archive then holds every request id once. Without
+/// the lookup the ten are stored a second time, as late rows the compactor
+/// archives as a supplement.
+#[test]
+fn a_replay_into_a_released_day_looks_its_request_ids_up_in_the_archive() {
+    let day = inferlog_tests::tiers::today() - 10; // past the 7-day hot policy
+    let end_ms = (i64::from(day) + 1) * MS_PER_DAY - 60_000;
+    let events: Vec<GeneratedEvent> = Generator::new(GeneratorConfig { seed: 3306, days: 1, end_ms, invalid_ratio: 0.0 }).take(1_500).collect();
+    let extra = tiers_extra("replaycold");
+    let p = planted_run("replaycold", events, 25, "max_event_age = \"30d\"", &extra);
+    let s = &p.s;
+    let corrected: Vec<GeneratedEvent> = p
+        .events
+        .iter()
+        .filter(|e| e.expected == Some(ReasonCode::ErrorCodeUnknown))
+        .take(10)
+        .map(|e| {
+            let mut doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&e.line).expect("json");
+            doc.insert("error_code".into(), serde_json::json!(0));
+            doc.remove("error_stage");
+            GeneratedEvent { line: serde_json::to_vec(&doc).expect("json"), expected: None }
+        })
+        .collect();
+    assert_eq!(corrected.len(), 10);
+    let dir = s.dir.path().join("corrected");
+    std::fs::create_dir_all(&dir).expect("dir");
+    inferlog_tests::produce(&s.topic, &write_jsonl(&dir, &corrected));
+    let (code, _, log) = s.run_ingest(Some("5s"), "ingest-corrected.log", &[], Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{log}");
+    let live = valid_count(&p.events) as u64 + 10;
+    assert_eq!(s.hot_count().0, live, "the corrected copies stored live");
+    // The compactor runs on the config without the event age beyond the policy.
+    let tiers = s.dir.path().join("tiers.toml");
+    let fixed = std::fs::read_to_string(&p.fixed).expect("config");
+    std::fs::write(&tiers, fixed.replace("max_event_age = \"30d\"", "")).expect("write config");
+    let run = |binary: &str, args: &[&str], log: &str| run_tier(&p, &tiers, binary, args, log);
+    let (code, _, log) = run("inferlog-compactor", &["--once"], "compactor-1.log");
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(p.psql("SELECT state, hot_rows FROM compactor_days"), format!("released\t{live}"), "{log}");
+
+    let (code, summary) = p.replay(&[], "replay.log");
+    assert_eq!(code, Some(1), "still invalid events: exit 1 {summary}");
+    let planted = p.planted.len() as u64;
+    assert_eq!((summary["replayed"].as_u64(), summary["still_invalid"].as_u64()), (Some(planted - 10), Some(10)), "{summary}");
+    let (code, _, log) = run("inferlog-compactor", &["--once"], "compactor-2.log");
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(s.hot_count().0, 0, "the late rows archived as a supplement, then dropped");
+    // Every request id once in the archive, read with pyarrow.
+    let prefix = extra.split("s3://inferlog-cold/").nth(1).and_then(|r| r.split('/').next()).expect("prefix");
+    let out = std::process::Command::new("python3")
+        .arg(inferlog_tests::repo_root().join("tests/scripts/read_archive.py"))
+        .args([&inferlog_tests::tiers::s3_endpoint(), "inferlog-cold", &format!("{prefix}/"), "0"])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
+    let objects: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let mut ids: BTreeMap<String, u32> = BTreeMap::new();
+    for id in objects.as_array().into_iter().flatten().flat_map(|o| o["request_ids"].as_array().cloned().unwrap_or_default()) {
+        *ids.entry(id.as_str().unwrap_or_default().to_owned()).or_default() += 1;
+    }
+    let twice: Vec<&String> = ids.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).collect();
+    assert!(twice.is_empty(), "request ids archived twice: {twice:?}");
+    assert_eq!(ids.len() as u64, valid_count(&p.events) as u64 + planted, "every event archived");
 }
 
 /// The replay ledger leaves with the DLQ messages it stands for: retention

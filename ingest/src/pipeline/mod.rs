@@ -43,6 +43,7 @@ use crate::clickhouse_sink::{table_partition, ClickHouseSink};
 use crate::config::Config;
 use crate::dlq::{now_ms, Dlq, Reject, SpanRef};
 use crate::error::IngestError;
+use crate::late_days::LateDays;
 use crate::metrics::{self, Metrics};
 use crate::normalize::{self, Input, Normalizer, Outcome};
 use crate::offsets::{Delivery, DrainState};
@@ -171,7 +172,15 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
     let lag = crate::lag::spawn(consumer.clone(), metrics.clone(), shutdown.clone());
     let mut p = Pipeline {
         recent: RecentIds::new(config.ingest.dedup_window),
-        writer: Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone(), gate.clone()),
+        writer: Writer::new(
+            sink,
+            dlq,
+            config.ingest.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+            gate.clone(),
+            LateDays::new(config.retention.hot_days, config.postgres.clone()),
+        ),
         broker: Broker::new(consumer.clone(), config.kafka.clone(), backoff, shutdown.clone(), metrics.clone()),
         config,
         normalizer,
