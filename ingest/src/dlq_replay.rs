@@ -18,6 +18,11 @@
 //! the hot table like a live late row: the compactor archives it as a
 //! supplement, verified and audited, and drops it again.
 //!
+//! On a ClickHouse cluster each row goes to the shard its source partition
+//! maps to, as a live row does, and each shard's inserts are waited out
+//! and checked on the replica they went to; request ids are looked up
+//! through the `Distributed` table.
+//!
 //! A message is refused (counted, left in the DLQ) when inferlog did not
 //! write it (no source headers), when it was truncated, or when its
 //! redacted payload had personal data masked: the masked value is not the
@@ -277,9 +282,6 @@ pub async fn run(config: Config, options: Options) -> Result<Summary, IngestErro
     let contract = Contract::new(&config.schema)?;
     let hasher = UserIdHasher::from_env(config.schema.hash_key_id.as_deref())?;
     let normalizer = Normalizer::new(contract, hasher, &config.otlp, 1, None)?;
-    if let Some(cluster) = &config.clickhouse.cluster {
-        return Err(IngestError::Config(format!("dlq replay does not write to a ClickHouse cluster yet (clickhouse.cluster = {cluster:?})")));
-    }
     let (sink, _) = ClickHouseSink::new(&config.clickhouse)?.prepared().await?;
     let catalog = Catalog::connect(&config.postgres).await?;
     let dlq_topic = config.kafka.dlq_topic.clone();
@@ -334,9 +336,15 @@ impl Replay {
     /// hot table once the INSERTs in flight have ended, else forgotten.
     async fn resolve_pending(&mut self) -> Result<(), IngestError> {
         let limit = crate::in_flight::GRACE + 4 * self.sink.request_timeout;
-        let waited = bounded(limit, crate::in_flight::wait_out(&self.sink.client, self.sink.ids.prefix(), crate::in_flight::GRACE))
-            .await
-            .map_err(|e| self.sink.error("wait out inserts in flight", &self.sink.table, e))?;
+        // On a cluster each shard's inserts ran on its own first replica.
+        let mut inserts = 0;
+        for shard in 0..self.sink.shard_count() {
+            let client = self.sink.shard(shard).client;
+            let waited = bounded(limit, crate::in_flight::wait_out(&client, self.sink.ids.prefix(), crate::in_flight::GRACE))
+                .await
+                .map_err(|e| self.sink.error("wait out inserts in flight", &self.sink.table, e))?;
+            inserts += waited.inserts;
+        }
         let pending = self.catalog.replay_pending_entries().await?;
         if pending.is_empty() {
             return Ok(());
@@ -356,25 +364,24 @@ impl Replay {
                 }
             }
         }
-        tracing::info!(
-            landed = landed.len(),
-            never_landed = lost.len(),
-            inserts_waited = waited.inserts,
-            "resolved an interrupted replay's pending events"
-        );
+        tracing::info!(landed = landed.len(), never_landed = lost.len(), inserts_waited = inserts, "resolved an interrupted replay's pending events");
         self.catalog.replay_stored(&landed).await?;
         self.catalog.replay_forget(&lost).await?;
         Ok(())
     }
 
-    /// Which of `events` (rows of `day`) the hot table holds.
+    /// Which of `events` (rows of `day`) the hot table holds: asked of
+    /// the shard each event's partition goes to, on the replica its
+    /// inserts went to (on a cluster, its first: the one that answers for
+    /// an insert whose quorum was not reached).
     async fn stored(&self, day: u16, events: &[Coordinates]) -> Result<HashSet<Coordinates>, IngestError> {
         let mut found = HashSet::new();
-        let mut by_topic: BTreeMap<&str, Vec<&Coordinates>> = BTreeMap::new();
+        let mut by_topic: BTreeMap<(usize, &str), Vec<&Coordinates>> = BTreeMap::new();
         for c in events {
-            by_topic.entry(&c.topic).or_default().push(c);
+            by_topic.entry((self.sink.shard_of(&c.topic, c.partition)?, &c.topic)).or_default().push(c);
         }
-        for (topic, events) in by_topic {
+        for ((shard, topic), events) in by_topic {
+            let sink = self.sink.shard(shard);
             for chunk in events.chunks(2_000) {
                 let tuples: Vec<String> = chunk.iter().map(|c| format!("({}, {}, {})", c.partition, c.offset, c.index)).collect();
                 let sql = format!(
@@ -385,7 +392,7 @@ impl Replay {
                     inferlog_store::day_string(i32::from(day)),
                     tuples.join(", ")
                 );
-                let rows = bounded(self.sink.request_timeout, self.sink.client.query(&sql).bind(topic).fetch_all::<StoredKey>())
+                let rows = bounded(self.sink.request_timeout, sink.client.query(&sql).bind(topic).fetch_all::<StoredKey>())
                     .await
                     .map_err(|e| self.sink.error("replay lookup", &self.sink.table, e))?;
                 found.extend(rows.iter().map(StoredKey::coordinates));
@@ -402,7 +409,7 @@ impl Replay {
         let sql = format!(
             "SELECT request_id, kafka_topic, kafka_partition, kafka_offset, kafka_index FROM {}.{} WHERE day IN ({}) AND has(?, request_id)",
             self.sink.database,
-            self.sink.table,
+            self.sink.read_table(),
             crate::replay_log::day_list(days)
         );
         bounded(self.sink.request_timeout, self.sink.client.query(&sql).bind(ids).fetch_all::<StoredKey>())
@@ -566,22 +573,24 @@ impl Replay {
         let ledger_entries: Vec<(Coordinates, i32)> = all.iter().map(|(c, d)| (c.clone(), i32::from(*d))).collect();
         self.catalog.replay_pending(&ledger_entries, &self.run).await?;
         crate::hooks::slow_write().await;
-        let mut by_day: BTreeMap<u16, Vec<Candidate>> = BTreeMap::new();
+        let mut by_day: BTreeMap<(u16, usize), Vec<Candidate>> = BTreeMap::new();
         for c in to_store {
-            by_day.entry(c.day).or_default().push(c);
+            let shard = self.sink.shard_of(&c.coordinates.topic, c.coordinates.partition)?;
+            by_day.entry((c.day, shard)).or_default().push(c);
         }
-        for (day, rows) in by_day {
-            self.insert_day(day, rows).await?;
+        for ((day, shard), rows) in by_day {
+            self.insert_day(day, shard, rows).await?;
         }
         inferlog_store::test_hooks::pause_point(crate::hooks::PAUSE_AFTER, "replay-inserted").await;
         self.catalog.replay_stored(&all.into_iter().map(|(c, _)| c).collect::<Vec<_>>()).await?;
         Ok(())
     }
 
-    /// Inserts one day's replayed rows: one INSERT, retried while the
+    /// Inserts one day's replayed rows of one shard (on one server, all of
+    /// them): one INSERT into the shard's local table, retried while the
     /// error is transient; before a retry the attempt is ended and the
     /// rows it landed are left out.
-    async fn insert_day(&self, day: u16, rows: Vec<Candidate>) -> Result<(), IngestError> {
+    async fn insert_day(&self, day: u16, shard: usize, rows: Vec<Candidate>) -> Result<(), IngestError> {
         let left = tokio::sync::Mutex::new(rows);
         let ingest = &self.config.ingest;
         let attempt = || async {
@@ -598,7 +607,7 @@ impl Replay {
                     index: first.coordinates.index,
                 },
                 rows: left.len(),
-                shard: 0,
+                shard,
                 // A replay's few rows go as they are.
                 ends: Vec::new(),
                 order: None,
@@ -607,7 +616,7 @@ impl Replay {
                 Ok(()) => Ok(()),
                 Err(error) => {
                     // What of this attempt landed stays; the rest is tried again.
-                    bounded(self.sink.request_timeout, crate::in_flight::end_attempts(&self.sink.client, &id))
+                    bounded(self.sink.request_timeout, crate::in_flight::end_attempts(&self.sink.shard(shard).client, &id))
                         .await
                         .map_err(|e| self.sink.error("end the attempt before", &self.sink.table, e))?;
                     let coordinates: Vec<Coordinates> = left.iter().map(|c| c.coordinates.clone()).collect();

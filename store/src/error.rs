@@ -85,20 +85,21 @@ const PERMANENT_CODES: [u32; 25] = [6, 16, 26, 27, 33, 36, 41, 43, 44, 47, 48, 5
 /// failures, timeouts, overload, and whatever a server says while it shuts
 /// down or starts.
 pub fn clickhouse_class(error: &clickhouse::error::Error) -> ErrorClass {
-    use clickhouse::error::Error;
-    match error {
-        Error::BadResponse(text) => {
-            let code = text
-                .split("Code: ")
-                .nth(1)
-                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-                .and_then(|digits| digits.parse::<u32>().ok());
-            match code {
-                Some(code) if PERMANENT_CODES.contains(&code) => ErrorClass::Fail,
-                _ => ErrorClass::Retry,
-            }
-        }
+    match clickhouse_code(error) {
+        Some(code) if PERMANENT_CODES.contains(&code) => ErrorClass::Fail,
         _ => ErrorClass::Retry,
+    }
+}
+
+/// The server's error code (`Code: N` of its answer), if it answered one.
+pub fn clickhouse_code(error: &clickhouse::error::Error) -> Option<u32> {
+    match error {
+        clickhouse::error::Error::BadResponse(text) => text
+            .split("Code: ")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse::<u32>().ok()),
+        _ => None,
     }
 }
 
