@@ -26,8 +26,8 @@ need_apt() {
 
 check_rules() {
     need_apt promtool prometheus
-    (cd deploy/prometheus && promtool check rules inferlog.rules.yml service.rules.yml \
-        && promtool test rules inferlog.rules.test.yml service.rules.test.yml service.spikes.test.yml)
+    (cd deploy/prometheus && promtool check rules inferlog.rules.yml service.rules.yml slo.rules.yml \
+        && promtool test rules inferlog.rules.test.yml service.rules.test.yml service.spikes.test.yml slo.rules.test.yml)
 }
 
 check_systemd() {

@@ -485,6 +485,7 @@ global:
 rule_files:
   - $repo/deploy/prometheus/inferlog.rules.yml
   - $repo/deploy/prometheus/service.rules.yml
+  - $repo/deploy/prometheus/slo.rules.yml
 scrape_configs:
   - job_name: inferlog
     file_sd_configs:
@@ -492,7 +493,7 @@ scrape_configs:
         refresh_interval: 1s
 YAML
   log "starting Prometheus (http://127.0.0.1:$PROM_PORT, scraping $p/targets/*.json)"
-  nohup prometheus --config.file="$p/prometheus.yml" --storage.tsdb.path="$p/data" --storage.tsdb.retention.time=2d \
+  nohup prometheus --config.file="$p/prometheus.yml" --storage.tsdb.path="$p/data" --storage.tsdb.retention.time=35d \
     --web.listen-address="127.0.0.1:$PROM_PORT" >>"$dir/prometheus.log" 2>&1 &
   echo $! > "$dir/prometheus.pid"
   wait_port "$PROM_PORT" prometheus 60

@@ -169,7 +169,7 @@ fn exact_quantile(values: &mut [f64], q: f64) -> f64 {
 }
 
 /// Ingest's service metrics, scraped by the real Prometheus every second:
-/// `increase()` of the token and request counters between two scrapes
+/// the growth of the token and request counters between two scrapes
 /// equals the sums of the rows stored between them, in ClickHouse and in
 /// the produced events; `histogram_quantile(0.99, …)` of each line's
 /// latency and TTFT lands in the bucket of the exact p99 (ClickHouse's
@@ -213,11 +213,18 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     let history = samples(&inserted, "15m");
     let t0 = history.iter().rev().find(|(_, v)| *v as usize == first.len()).expect("a scrape of the first phase").0.clone();
     let t1 = history.iter().find(|(_, v)| *v as usize == total).expect("a scrape of both").0.clone();
-    // A range that starts on t0's sample and ends on t1's: increase() needs
-    // no extrapolation, so it is the counters' exact growth.
-    let range = format!("{}ms", ms(&t1) - ms(&t0));
+    // The counters at t1 less the same counters at t0 (`offset`: the sample
+    // at t0 itself): their exact growth, read alike by Prometheus 2.x and
+    // 3.x. (`increase()` over a range starting on t0's sample would not
+    // be: 2.x's ranges include their start, 3.x's exclude it and
+    // extrapolate.) One process, so no counter reset in between.
+    let offset = format!("{}ms", ms(&t1) - ms(&t0));
+    let growth = |metric: &str, by: &str| {
+        let series = format!("{metric}{{run=\"{run}\"}}");
+        query(&format!("sum by ({by}) ({series}) - sum by ({by}) ({series} offset {offset})"), &t1)
+    };
 
-    let tokens = query(&format!("sum by (type) (increase(inferlog_service_tokens_total{{run=\"{run}\"}}[{range}]))"), &t1);
+    let tokens = growth("inferlog_service_tokens_total", "type");
     let by_type: HashMap<String, f64> = tokens.into_iter().map(|(l, v)| (l["type"].clone(), v)).collect();
     let sql =
         format!("SELECT sum(input_tokens), sum(output_tokens), sum(ifNull(cache_prefix_tokens, 0)) FROM {table} WHERE startsWith(request_id, 'm-')");
@@ -226,18 +233,18 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     assert_eq!(from_clickhouse, from_events, "ClickHouse stored the second phase's tokens");
     for (i, kind) in ["input", "output", "cached"].iter().enumerate() {
         let got = by_type.get(*kind).copied().unwrap_or(f64::NAN);
-        assert_eq!(got, from_clickhouse[i] as f64, "increase() of {kind} tokens over [{t0}, {t1}] against ClickHouse's sum");
+        assert_eq!(got, from_clickhouse[i] as f64, "growth of {kind} tokens over [{t0}, {t1}] against ClickHouse's sum");
     }
 
     // Requests by status and error code grew by the second phase's counts.
-    let requests = query(&format!("sum by (status, error_code) (increase(inferlog_service_requests_total{{run=\"{run}\"}}[{range}]))"), &t1);
+    let requests = growth("inferlog_service_requests_total", "status, error_code");
     let mut want: BTreeMap<(String, String), f64> = BTreeMap::new();
     for e in &second {
         let status = if e.error_code == 0 { "ok" } else { "error" };
         *want.entry((status.to_string(), e.error_code.to_string())).or_default() += 1.0;
     }
     let got: BTreeMap<(String, String), f64> = requests.into_iter().map(|(l, v)| ((l["status"].clone(), l["error_code"].clone()), v)).collect();
-    assert_eq!(got, want, "increase() of requests by status and error code");
+    assert_eq!(got, want, "growth of requests by status and error code");
     let errors_in_clickhouse =
         inferlog_tests::clickhouse_u64(&format!("SELECT count() FROM {table} WHERE startsWith(request_id, 'm-') AND error_code != 0"));
     assert_eq!(got.iter().filter(|((s, _), _)| s == "error").map(|(_, v)| *v).sum::<f64>(), errors_in_clickhouse as f64);
@@ -283,21 +290,21 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     assert_eq!(other, Some(overflowed as f64));
 }
 
-/// Both rule files (the pipeline's and the service's) are loaded by the
+/// The rule files (the pipeline's, the service's and its SLOs') are loaded by the
 /// Prometheus services.sh runs, and every rule evaluates healthy against
 /// the live series (a rule naming a metric or label wrongly would still
 /// be "ok" but empty: promtool's unit tests, in deploy/check.sh, cover what
 /// each one fires on).
 #[test]
 fn alert_rules_load_in_prometheus_and_evaluate() {
-    let expected: Vec<String> = ["inferlog.rules.yml", "service.rules.yml"]
+    let expected: Vec<String> = ["inferlog.rules.yml", "service.rules.yml", "slo.rules.yml"]
         .iter()
         .flat_map(|file| {
             let text = std::fs::read_to_string(repo_root().join("deploy/prometheus").join(file)).expect("rules file");
             text.lines().filter_map(|l| l.trim().strip_prefix("- alert: ").map(str::to_string)).collect::<Vec<_>>()
         })
         .collect();
-    assert!(expected.len() >= 19, "both files' alerts: {expected:?}");
+    assert!(expected.len() >= 23, "the three files' alerts: {expected:?}");
     let rules = || {
         let data = prometheus("rules", &[("type", "alert")]);
         let mut found: Vec<(String, String)> = data["groups"]
