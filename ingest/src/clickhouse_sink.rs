@@ -145,6 +145,9 @@ pub struct ServerFeatures {
     pub async_insert: bool,
     /// The server knows the MergeTree setting `fsync_after_insert`.
     pub fsync_after_insert: bool,
+    /// The server knows `insert_quorum_parallel` (21.x on, default on):
+    /// a cluster's inserts send `insert_quorum_parallel=0`.
+    pub insert_quorum_parallel: bool,
 }
 
 /// ClickHouse's REPLICA_IS_NOT_IN_QUORUM: a read with
@@ -294,6 +297,7 @@ impl ClickHouseSink {
             version,
             async_insert: self.knows("settings", "async_insert").await?,
             fsync_after_insert: self.knows("merge_tree_settings", "fsync_after_insert").await?,
+            insert_quorum_parallel: self.knows("settings", "insert_quorum_parallel").await?,
         };
         let db = &self.database;
         let on_cluster = self.config.cluster.as_ref().map(|c| format!(" ON CLUSTER {c}")).unwrap_or_default();
@@ -325,6 +329,15 @@ impl ClickHouseSink {
         if features.async_insert {
             self.client = self.client.clone().with_setting("async_insert", "0");
             self.shards = self.shards.iter().map(|c| c.clone().with_setting("async_insert", "0")).collect();
+        }
+        // Quorum inserts linearized, as on 18.16: the landed check's
+        // `select_sequential_consistency` holds only then, and a replica
+        // refuses the next quorum insert until the one before reached its
+        // quorum, which a retry of the same block relies on. Servers since
+        // 21.x run them in parallel by default.
+        if features.insert_quorum_parallel && self.config.cluster.is_some() {
+            self.client = self.client.clone().with_setting("insert_quorum_parallel", "0");
+            self.shards = self.shards.iter().map(|c| c.clone().with_setting("insert_quorum_parallel", "0")).collect();
         }
         tracing::info!(?features, fsync_after_insert = fsync, "clickhouse tables checked");
         Ok(features)
