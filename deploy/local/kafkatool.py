@@ -111,12 +111,14 @@ def produce(args):
             else:
                 m = REQUEST_ID.search(line)
                 key = m.group(1) if m else None
+            extra = {}
+            if args.timestamp_ms:
+                extra["timestamp"] = args.timestamp_ms
+            if args.round_robin:
+                extra["partition"] = sent % args.round_robin
             while True:
                 try:
-                    if args.timestamp_ms:
-                        producer.produce(args.topic, line, key=key, on_delivery=on_delivery, timestamp=args.timestamp_ms)
-                    else:
-                        producer.produce(args.topic, line, key=key, on_delivery=on_delivery)
+                    producer.produce(args.topic, line, key=key, on_delivery=on_delivery, **extra)
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -356,6 +358,8 @@ def main():
     c.add_argument("--key-bytes", type=int, default=0)
     c.add_argument("--timestamp-ms", type=int, default=0)
     c.add_argument("--hex", action="store_true", help="each line is one message's bytes in hex (binary payloads)")
+    c.add_argument("--round-robin", type=int, default=0, metavar="N",
+                   help="message i to partition i mod N (keyless messages otherwise stick to one partition a burst)")
     c.add_argument("file")
     c.set_defaults(func=produce)
     for name, func in (("read", read), ("count", count)):

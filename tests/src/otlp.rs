@@ -204,14 +204,15 @@ impl Workload {
             .collect()
     }
 
-    /// Writes [`Workload::lines`] to `dir` and produces them to `topic`.
-    pub fn produce(&self, dir: &Path, topic: &str) -> PathBuf {
-        self.produce_part(dir, topic, 0, 1)
+    /// Writes [`Workload::lines`] to `dir` and produces them to `topic`,
+    /// message i to partition i mod `partitions`.
+    pub fn produce(&self, dir: &Path, topic: &str, partitions: usize) -> PathBuf {
+        self.produce_part(dir, topic, partitions, 0, 1)
     }
 
     /// Produces part `part` of `parts` of the messages (in order): a
     /// workload sent in several goes.
-    pub fn produce_part(&self, dir: &Path, topic: &str, part: usize, parts: usize) -> PathBuf {
+    pub fn produce_part(&self, dir: &Path, topic: &str, partitions: usize, part: usize, parts: usize) -> PathBuf {
         let path = dir.join(format!("workload-{}-{part}.lines", self.input.encoding()));
         let lines = self.lines();
         let per = lines.len().div_ceil(parts.max(1));
@@ -219,10 +220,13 @@ impl Workload {
         text.push('\n');
         std::fs::write(&path, text).expect("write the workload");
         let file = path.to_str().expect("utf-8 path");
+        // Every partition gets its share: keyless messages (OTLP) would
+        // otherwise go to one partition a burst.
+        let partitions = partitions.to_string();
         if self.input == Input::OtlpProto {
-            crate::kafkatool(&["produce", "--topic", topic, "--hex", file]);
+            crate::kafkatool(&["produce", "--topic", topic, "--hex", "--round-robin", &partitions, file]);
         } else {
-            crate::kafkatool(&["produce", "--topic", topic, file]);
+            crate::kafkatool(&["produce", "--topic", topic, "--round-robin", &partitions, file]);
         }
         path
     }
