@@ -534,8 +534,13 @@ impl Replay {
         // A released day's rows are in the archive (the shared lock keeps
         // them from moving meanwhile): looked up there too.
         let mut sampled: HashSet<u16> = HashSet::new();
+        let mut released: HashSet<u16> = HashSet::new();
         for &day in &days {
-            if !self.released(day).await?.in_archive {
+            let release = self.released(day).await?;
+            if release.released {
+                released.insert(day);
+            }
+            if !release.in_archive {
                 continue;
             }
             let (found, is_sampled) = self.archived(day, &ids).await?;
@@ -561,7 +566,7 @@ impl Replay {
         }
         for c in &to_store {
             self.tally.line(&c.reason).replayed += 1;
-            if self.released(c.day).await?.released {
+            if released.contains(&c.day) {
                 self.tally.late_rows += 1;
             }
         }

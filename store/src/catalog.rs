@@ -143,11 +143,6 @@ impl DayLock {
         DayLock { conn: Some(conn), space, days: keys, shared: false }
     }
 
-    /// The days (second keys) held.
-    pub fn days(&self) -> &[Day] {
-        &self.days
-    }
-
     pub async fn unlock(mut self) {
         let sql = if self.shared { "SELECT pg_advisory_unlock_shared($1, $2)" } else { "SELECT pg_advisory_unlock($1, $2)" };
         if let Some(mut conn) = self.conn.take() {
@@ -239,35 +234,25 @@ impl Catalog {
     /// progress): see [`DayLock`]. With `wait`, waits for it instead
     /// (only the exclusive holders wait never, so waiting cannot deadlock).
     pub async fn lock_days_shared(&self, days: &[Day], wait: bool) -> Result<Option<DayLock>, StoreError> {
-        let conn = self.pool.acquire().await.map_err(StoreError::postgres("acquire"))?;
-        let mut lock = DayLock { conn: Some(conn), space: self.lock_space, days: Vec::with_capacity(days.len()), shared: true };
         let sql =
             if wait { "SELECT true FROM (SELECT pg_advisory_lock_shared($1, $2)) AS waited" } else { "SELECT pg_try_advisory_lock_shared($1, $2)" };
-        for &day in days {
-            let Some(conn) = lock.conn.as_mut() else { break };
-            let locked: bool = sqlx::query_scalar(sql)
-                .bind(self.lock_space)
-                .bind(day)
-                .fetch_one(&mut **conn)
-                .await
-                .map_err(StoreError::postgres("shared advisory lock"))?;
-            if !locked {
-                lock.unlock().await;
-                return Ok(None);
-            }
-            lock.days.push(day);
-        }
-        Ok(Some(lock))
+        self.lock_days(days, sql, true).await
     }
 
     /// Takes the advisory locks of every day of `days` on one connection,
     /// or none of them if another replica holds one.
     pub async fn try_lock_days(&self, days: &[Day]) -> Result<Option<DayLock>, StoreError> {
+        self.lock_days(days, "SELECT pg_try_advisory_lock($1, $2)", false).await
+    }
+
+    /// Runs `sql` (one lock, answering whether it was taken) for each of
+    /// `days` on one connection; the first refusal releases what was taken.
+    async fn lock_days(&self, days: &[Day], sql: &'static str, shared: bool) -> Result<Option<DayLock>, StoreError> {
         let conn = self.pool.acquire().await.map_err(StoreError::postgres("acquire"))?;
-        let mut lock = DayLock { conn: Some(conn), space: self.lock_space, days: Vec::with_capacity(days.len()), shared: false };
+        let mut lock = DayLock { conn: Some(conn), space: self.lock_space, days: Vec::with_capacity(days.len()), shared };
         for &day in days {
             let Some(conn) = lock.conn.as_mut() else { break };
-            let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+            let locked: bool = sqlx::query_scalar(sql)
                 .bind(self.lock_space)
                 .bind(day)
                 .fetch_one(&mut **conn)

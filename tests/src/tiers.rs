@@ -196,11 +196,7 @@ impl TierScenario {
 
     /// Reads every archive object with pyarrow (`tests/scripts/read_archive.py`).
     pub fn read_archive(&self, sample: usize) -> serde_json::Value {
-        let script = repo_root().join("tests/scripts/read_archive.py");
-        let out =
-            Command::new("python3").arg(script).args([&s3_endpoint(), "inferlog-cold", &self.prefix, &sample.to_string()]).output().expect("python3");
-        assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("json")
+        read_archive_at(&self.prefix, sample)
     }
 
     /// SHA-256 of every object under this scenario's prefix, by key, read with boto3.
@@ -256,4 +252,14 @@ impl TierScenario {
         }
         strip(state)
     }
+}
+
+/// Every archive object under `prefix` of the test bucket, read with
+/// pyarrow (`tests/scripts/read_archive.py`): key, rows, request ids, a
+/// sample of `sample` rows, …
+pub fn read_archive_at(prefix: &str, sample: usize) -> serde_json::Value {
+    let script = repo_root().join("tests/scripts/read_archive.py");
+    let out = Command::new("python3").arg(script).args([&s3_endpoint(), "inferlog-cold", prefix, &sample.to_string()]).output().expect("python3");
+    assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
 }

@@ -468,14 +468,7 @@ impl Cell {
     /// counts (read with pyarrow, not inferlog).
     fn archived(&self) -> BTreeMap<String, usize> {
         let manifest: BTreeSet<String> = self.psql("SELECT object_key FROM cold_manifest").lines().map(str::to_owned).collect();
-        let script = inferlog_tests::repo_root().join("tests/scripts/read_archive.py");
-        let out = Command::new("python3")
-            .arg(script)
-            .args([&inferlog_tests::tiers::s3_endpoint(), "inferlog-cold", &format!("{}/", self.schema()), "0"])
-            .output()
-            .expect("python3");
-        assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
-        let objects: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let objects = inferlog_tests::tiers::read_archive_at(&format!("{}/", self.schema()), 0);
         let mut ids = BTreeMap::new();
         for object in objects.as_array().into_iter().flatten() {
             let key = object["key"].as_str().unwrap_or_default();

@@ -499,29 +499,33 @@ fn killed_and_racing_replays_store_each_event_once() {
     assert!(resolved.contains("resolved an interrupted replay") && resolved.contains("landed=40 never_landed=0"), "{resolved}");
 }
 
+/// A planted run of 1,500 events of one day ten days ago, past the 7-day
+/// hot policy (ingest and replay take such an age here, `max_event_age`
+/// 30 days, only to fit days of real time into a test), with the config
+/// the compactor and retention run on: the fixed one without that age,
+/// which they refuse beyond the hot policy.
+fn released_day_run(name: &str, seed: u64) -> (Planted, String, std::path::PathBuf) {
+    let day = inferlog_tests::tiers::today() - 10;
+    let end_ms = (i64::from(day) + 1) * MS_PER_DAY - 60_000;
+    let events: Vec<GeneratedEvent> = Generator::new(GeneratorConfig { seed, days: 1, end_ms, invalid_ratio: 0.0 }).take(1_500).collect();
+    let extra = tiers_extra(name);
+    let p = planted_run(name, events, 25, "max_event_age = \"30d\"", &extra);
+    let tiers = p.s.dir.path().join("tiers.toml");
+    let fixed = std::fs::read_to_string(&p.fixed).expect("config");
+    std::fs::write(&tiers, fixed.replace("max_event_age = \"30d\"", "")).expect("write config");
+    (p, extra, tiers)
+}
+
 /// Test 4 of issue 33: a refused event of a day the compactor already
 /// archived and released is replayed through the late-row path: archived
 /// as a supplement, verified, the hot partition dropped again, and the
 /// retention audit clean.
 #[test]
 fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
-    let day = inferlog_tests::tiers::today() - 10; // past the 7-day hot policy
-    let end_ms = (i64::from(day) + 1) * MS_PER_DAY - 60_000;
-    let events: Vec<GeneratedEvent> = Generator::new(GeneratorConfig { seed: 3303, days: 1, end_ms, invalid_ratio: 0.0 }).take(1_500).collect();
-    let extra = tiers_extra("replayold");
-    // Events of ten days ago pass (max_event_age 30 days); the compactor
-    // releases their day, past the 7-day hot policy.
-    let p = planted_run("replayold", events, 25, "max_event_age = \"30d\"", &extra);
+    // An event refused within the day meets its replay after the day's release.
+    let (p, _, tiers) = released_day_run("replayold", 3303);
     let s = &p.s;
     let live = valid_count(&p.events) as u64;
-    // The compactor and retention refuse an event age beyond the hot
-    // policy: they run on the fixed config without it. (Ingest and replay
-    // take a ten-day-old event here only to fit days of real time into a
-    // test: a day is released past the policy, and an event refused
-    // within it can meet its replay after its day's release.)
-    let tiers = s.dir.path().join("tiers.toml");
-    let fixed = std::fs::read_to_string(&p.fixed).expect("config");
-    std::fs::write(&tiers, fixed.replace("max_event_age = \"30d\"", "")).expect("write config");
     let run = |binary: &str, args: &[&str], log: &str| run_tier(&p, &tiers, binary, args, log);
     let (code, _, log) = run("inferlog-compactor", &["--once"], "compactor-1.log");
     assert_eq!(code, Some(0), "{log}");
@@ -559,11 +563,7 @@ fn a_replayed_event_of_a_released_day_ends_in_the_archive() {
 /// archives as a supplement.
 #[test]
 fn a_replay_into_a_released_day_looks_its_request_ids_up_in_the_archive() {
-    let day = inferlog_tests::tiers::today() - 10; // past the 7-day hot policy
-    let end_ms = (i64::from(day) + 1) * MS_PER_DAY - 60_000;
-    let events: Vec<GeneratedEvent> = Generator::new(GeneratorConfig { seed: 3306, days: 1, end_ms, invalid_ratio: 0.0 }).take(1_500).collect();
-    let extra = tiers_extra("replaycold");
-    let p = planted_run("replaycold", events, 25, "max_event_age = \"30d\"", &extra);
+    let (p, extra, tiers) = released_day_run("replaycold", 3306);
     let s = &p.s;
     let corrected: Vec<GeneratedEvent> = p
         .events
@@ -585,10 +585,6 @@ fn a_replay_into_a_released_day_looks_its_request_ids_up_in_the_archive() {
     assert_eq!(code, Some(0), "{log}");
     let live = valid_count(&p.events) as u64 + 10;
     assert_eq!(s.hot_count().0, live, "the corrected copies stored live");
-    // The compactor runs on the config without the event age beyond the policy.
-    let tiers = s.dir.path().join("tiers.toml");
-    let fixed = std::fs::read_to_string(&p.fixed).expect("config");
-    std::fs::write(&tiers, fixed.replace("max_event_age = \"30d\"", "")).expect("write config");
     let run = |binary: &str, args: &[&str], log: &str| run_tier(&p, &tiers, binary, args, log);
     let (code, _, log) = run("inferlog-compactor", &["--once"], "compactor-1.log");
     assert_eq!(code, Some(0), "{log}");
@@ -603,13 +599,7 @@ fn a_replay_into_a_released_day_looks_its_request_ids_up_in_the_archive() {
     assert_eq!(s.hot_count().0, 0, "the late rows archived as a supplement, then dropped");
     // Every request id once in the archive, read with pyarrow.
     let prefix = extra.split("s3://inferlog-cold/").nth(1).and_then(|r| r.split('/').next()).expect("prefix");
-    let out = std::process::Command::new("python3")
-        .arg(inferlog_tests::repo_root().join("tests/scripts/read_archive.py"))
-        .args([&inferlog_tests::tiers::s3_endpoint(), "inferlog-cold", &format!("{prefix}/"), "0"])
-        .output()
-        .expect("python3");
-    assert!(out.status.success(), "read_archive.py: {}", String::from_utf8_lossy(&out.stderr));
-    let objects: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let objects = inferlog_tests::tiers::read_archive_at(&format!("{prefix}/"), 0);
     let mut ids: BTreeMap<String, u32> = BTreeMap::new();
     for id in objects.as_array().into_iter().flatten().flat_map(|o| o["request_ids"].as_array().cloned().unwrap_or_default()) {
         *ids.entry(id.as_str().unwrap_or_default().to_owned()).or_default() += 1;
