@@ -88,10 +88,25 @@ pub struct RangeBuilder {
 
 impl RangeBuilder {
     pub fn push(&mut self, offset: i64) {
+        self.push_range(offset, offset);
+    }
+
+    /// Adds `first..=last`, pushed in order of `first`: a range that
+    /// touches or overlaps the last one extends it.
+    pub fn push_range(&mut self, first: i64, last: i64) {
         match self.ranges.last_mut() {
-            Some(last) if offset <= last.1.saturating_add(1) => last.1 = last.1.max(offset),
-            _ => self.ranges.push((offset, offset)),
+            Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
+            _ => self.ranges.push((first, last)),
         }
+    }
+
+    /// Ranges held so far.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
     }
 
     pub fn finish(self) -> Vec<(i64, i64)> {

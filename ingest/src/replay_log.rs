@@ -20,11 +20,12 @@
 //!   the log existed, or entries retention removed) are looked up in both
 //!   tables, streamed into ranges.
 //!
-//! Memory is proportional to the number of ranges, not of rows: the log's
-//! entries are streamed into one range or check per batch range, and an
-//! intended range of a JSON topic is scanned into ranges too; only on an
-//! OTLP topic is a message with stored rows kept with their indexes (one
-//! entry a message, not a row). A batch's
+//! Memory is proportional to the number of ranges, not of rows or
+//! batches: the log's entries are streamed, a run of finished batches
+//! merges into one range, an unfinished one is one check, and an intended
+//! range of a JSON topic is scanned into ranges too; only on an OTLP topic
+//! is a message with stored rows kept with their indexes (one entry a
+//! message, not a row; the tests below hold these bounds). A batch's
 //! intents go out in the same INSERT as the previous batch's done marks,
 //! before its rows, so the log costs one small INSERT per batch.
 
@@ -96,7 +97,8 @@ pub(crate) fn day_list(days: &[u16]) -> String {
 }
 
 /// What the entries of one partition past `from` say: ranges handled
-/// whole, and ranges only intended, to check row by row.
+/// whole (adjacent batches merged into one range), and ranges only
+/// intended, to check row by row.
 #[derive(Debug, Default, PartialEq)]
 struct Plan {
     done: Vec<(i64, i64)>,
@@ -132,7 +134,10 @@ fn plan(entries: &[Entry], from: i64) -> Plan {
 /// the entries themselves.
 struct Planner {
     from: i64,
-    plan: Plan,
+    /// Ranges done, merged as they come: a run of batches one reader
+    /// finished is one range, however many batches.
+    done: RangeBuilder,
+    checks: Vec<Check>,
     /// The range being read.
     current: Option<Reading>,
 }
@@ -148,7 +153,7 @@ struct Reading {
 
 impl Planner {
     fn new(from: i64) -> Planner {
-        Planner { from, plan: Plan::default(), current: None }
+        Planner { from, done: RangeBuilder::default(), checks: Vec::new(), current: None }
     }
 
     fn push(&mut self, e: &Entry) {
@@ -166,19 +171,74 @@ impl Planner {
         let Some(Reading { range: (first, last), done, mut row_days, mut reject_days }) = self.current.take() else { return };
         let (first, last) = ((first as i64).max(self.from), last as i64);
         if done {
-            self.plan.done.push((first, last));
+            self.done.push_range(first, last);
             return;
         }
         for days in [&mut row_days, &mut reject_days] {
             days.sort_unstable();
             days.dedup();
         }
-        self.plan.checks.push(Check { first, last, row_days, reject_days });
+        self.checks.push(Check { first, last, row_days, reject_days });
+    }
+
+    /// Ranges and checks held so far: what reading the log costs in memory.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.done.len() + self.checks.len() + usize::from(self.current.is_some())
     }
 
     fn finish(mut self) -> Plan {
         self.close();
-        self.plan
+        Plan { done: self.done.finish(), checks: self.checks }
+    }
+}
+
+/// What an intended range's scan found: offsets handled whole, as ranges,
+/// and the stored row indexes of each OTLP message not handled whole.
+type Found = (Vec<(i64, i64)>, BTreeMap<i64, Vec<u32>>);
+
+/// The rows an intended range's scan finds, one at a time in offset and
+/// index order. A JSON topic's stored row is its whole message: it joins
+/// a range, so memory is one range per run of stored offsets. An OTLP
+/// message keeps the indexes of its stored rows (one entry a message, not
+/// a row) until a logged reject, sorted last, says it was handled whole.
+struct IntentScan {
+    whole_messages: bool,
+    whole: RangeBuilder,
+    rows: BTreeMap<i64, Vec<u32>>,
+}
+
+impl IntentScan {
+    fn new(whole_messages: bool) -> IntentScan {
+        IntentScan { whole_messages, whole: RangeBuilder::default(), rows: BTreeMap::new() }
+    }
+
+    fn push(&mut self, offset: u64, index: u32) {
+        let offset = offset as i64;
+        if self.whole_messages {
+            self.whole.push(offset);
+        } else {
+            self.rows.entry(offset).or_default().push(index);
+        }
+    }
+
+    /// Ranges and messages held so far.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.whole.len() + self.rows.len()
+    }
+
+    fn finish(mut self) -> Found {
+        // Sorted by index, so a logged reject shows as the last one.
+        let whole = &mut self.whole;
+        self.rows.retain(|offset, indexes| {
+            let logged = indexes.last() == Some(&WHOLE);
+            if logged {
+                whole.push(*offset);
+            }
+            !logged
+        });
+        (self.whole.finish(), self.rows)
     }
 }
 
@@ -289,13 +349,7 @@ impl ClickHouseSink {
     /// With `whole_messages` (a JSON topic) a stored row is its whole
     /// message: offsets go straight into ranges, and memory is one range per
     /// run of stored offsets, not an entry per row.
-    async fn scan_intent(
-        &self,
-        topic: &str,
-        partition: u16,
-        check: &Check,
-        whole_messages: bool,
-    ) -> Result<(Vec<(i64, i64)>, BTreeMap<i64, Vec<u32>>), IngestError> {
+    async fn scan_intent(&self, topic: &str, partition: u16, check: &Check, whole_messages: bool) -> Result<Found, IngestError> {
         let (from, until) = (check.first, check.last);
         let mut parts = Vec::new();
         if !check.row_days.is_empty() {
@@ -314,10 +368,9 @@ impl ClickHouseSink {
                 day_list(&check.reject_days)
             ));
         }
-        let mut whole = RangeBuilder::default();
-        let mut rows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        let mut found = IntentScan::new(whole_messages);
         if parts.is_empty() {
-            return Ok((whole.finish(), rows));
+            return Ok(found.finish());
         }
         let sql = format!("SELECT kafka_offset, kafka_index FROM ({}) ORDER BY kafka_offset, kafka_index", parts.join(" UNION ALL "));
         let mut query = self.client.query(&sql);
@@ -326,21 +379,9 @@ impl ClickHouseSink {
         }
         let mut cursor = query.fetch::<OffsetIndexRow>().map_err(|e| self.error("replay scan", &self.table, e))?;
         while let Some(row) = bounded(self.request_timeout, cursor.next()).await.map_err(|e| self.error("replay scan", &self.table, e))? {
-            if whole_messages {
-                whole.push(row.kafka_offset as i64);
-            } else {
-                rows.entry(row.kafka_offset as i64).or_default().push(row.kafka_index);
-            }
+            found.push(row.kafka_offset, row.kafka_index);
         }
-        // Sorted by index, so a logged reject shows as the last one.
-        rows.retain(|offset, indexes| {
-            let logged = indexes.last() == Some(&WHOLE);
-            if logged {
-                whole.push(*offset);
-            }
-            !logged
-        });
-        Ok((whole.finish(), rows))
+        Ok(found.finish())
     }
 
     /// The offsets in `from..=until` of one partition stored as hot rows or
@@ -416,5 +457,56 @@ mod tests {
                 Check { first: 6342, last: 7000, row_days: vec![5], reject_days: vec![5] },
             ]
         );
+    }
+
+    #[test]
+    fn a_run_of_finished_batches_is_held_as_one_range_however_long() {
+        // A group that committed nothing for 200,000 batches (each logged
+        // as an intent, then done): reading the log holds one range, not
+        // an entry per batch; a gap where no reader finished stays apart.
+        let mut planner = Planner::new(0);
+        let mut most_held = 0;
+        for batch in 0..200_000u64 {
+            let (first, last) = (batch * 10, batch * 10 + 9);
+            let state = if batch == 150_000 { INTENT } else { DONE };
+            planner.push(&entry(first, last, INTENT, &[1], &[]));
+            planner.push(&entry(first, last, state, &[1], &[]));
+            most_held = most_held.max(planner.held());
+        }
+        assert!(most_held <= 4, "held {most_held} ranges and checks for 200,000 batches");
+        let plan = planner.finish();
+        assert_eq!(plan.done, vec![(0, 1_499_999), (1_500_010, 1_999_999)]);
+        assert_eq!(plan.checks, vec![Check { first: 1_500_000, last: 1_500_009, row_days: vec![1], reject_days: vec![] }]);
+    }
+
+    #[test]
+    fn an_intended_json_range_is_scanned_into_ranges_not_rows() {
+        // 1,000,000 stored rows of an unfinished JSON batch, offset 400,000
+        // missing (its insert never ran): two ranges held, whatever the
+        // number of rows.
+        let mut scan = IntentScan::new(true);
+        let mut most_held = 0;
+        for offset in (0..1_000_001u64).filter(|o| *o != 400_000) {
+            scan.push(offset, 0);
+            most_held = most_held.max(scan.held());
+        }
+        assert_eq!(most_held, 2, "an entry per row is what the scan must not keep");
+        let (whole, rows) = scan.finish();
+        assert_eq!(whole, vec![(0, 399_999), (400_001, 1_000_000)]);
+        assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn an_intended_otlp_range_keeps_the_indexes_of_messages_not_handled_whole() {
+        // Offset 7: spans 0 and 2 stored (a day insert of span 1 never
+        // ran); offset 8: its rejects were logged, so it was handled whole.
+        let mut scan = IntentScan::new(false);
+        for (offset, index) in [(7, 0), (7, 2), (8, 0), (8, 1), (8, WHOLE)] {
+            scan.push(offset, index);
+        }
+        assert_eq!(scan.held(), 2, "one entry a message, not a row");
+        let (whole, rows) = scan.finish();
+        assert_eq!(whole, vec![(8, 8)]);
+        assert_eq!(rows, BTreeMap::from([(7, vec![0, 2])]));
     }
 }
