@@ -239,4 +239,5 @@ report --top-users 5 --fail-if 'spiking_callers>0' spikes --hour "$spike_hour"
 step "the HTML page (overview, diagnosis, performance, version comparison, capacity, cost, spikes, waste, cache, errors; one self-contained file)"
 report "${week[@]}" --format json --html "$work/report.html" page > "$work/report.json"
 echo "  page: $PWD/$work/report.html (its figures: $PWD/$work/report.json)" >&2
+echo "  Grafana: import deploy/grafana/dashboards/*.json (Service, Pipeline, History) with deploy/grafana/provisioning/; Prometheus is on http://127.0.0.1:9490 (deploy/grafana/README.md lists every panel)" >&2
 echo "stop the services with: deploy/local/services.sh down" >&2

@@ -197,6 +197,10 @@ PY
     python3 - <<'PY' 2>/dev/null || { log "installing Python packages (websocket-client, pillow)"; python3 -m pip install -q websocket-client pillow >/dev/null; }
 import websocket, PIL  # noqa: F401
 PY
+    # Current ClickHouse in process: the boards' SQL runs on it beside 18.16.
+    python3 - <<'PY' 2>/dev/null || { log "installing Python packages (chdb)"; python3 -m pip install -q 'chdb==4.4.0' >/dev/null; }
+import chdb  # noqa: F401
+PY
   fi
   # The OpenTelemetry Python SDK: the OTLP test emits spans with it, as vLLM does.
   if [ -n "$with_otel" ]; then

@@ -18,9 +18,11 @@ use inferlog_schema::timestamp::MS_PER_DAY;
 use inferlog_schema::ReasonCode;
 use sha2::{Digest, Sha256};
 
+pub mod boards;
 pub mod faults;
 pub mod otlp;
 pub mod pipeline;
+pub mod prometheus;
 pub mod seed;
 pub mod tiers;
 

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use inferlog_schema::timestamp::MS_PER_DAY;
 use inferlog_schema::{ErrorStage, InferenceEvent};
+use inferlog_tests::boards;
 use inferlog_tests::tiers::{day_string, today, TierScenario};
 use inferlog_tests::{clickhouse, repo_root};
 use serde_json::Value;
@@ -1084,4 +1085,184 @@ fn a_reader_that_stops_early_is_no_error() {
     let status = child.wait().expect("wait");
     assert!(matches!(status.code(), Some(0 | 1)), "exit {status}: {}", s.log("pipe.log"));
     assert!(!s.log("pipe.log").contains("panicked"), "{}", s.log("pipe.log"));
+}
+
+/// Rows of TSV as cells.
+fn tsv(text: &str) -> Vec<Vec<String>> {
+    text.lines().filter(|l| !l.is_empty()).map(|l| l.split('\t').map(str::to_owned).collect()).collect()
+}
+
+fn num(cell: &str) -> f64 {
+    cell.parse().unwrap_or_else(|e| panic!("{cell:?}: {e}"))
+}
+
+/// The same rows (in any order: ties may sort either way), numbers equal
+/// to 1e-9 (servers print floats to different digits).
+fn same_rows(a: &[Vec<String>], b: &[Vec<String>], what: &str) {
+    let key = |r: &Vec<String>| r.iter().map(|c| c.parse::<f64>().map_or(c.clone(), |v| format!("{:.6e}", v))).collect::<Vec<_>>();
+    let (mut a, mut b): (Vec<_>, Vec<_>) = (a.iter().map(key).collect(), b.iter().map(key).collect());
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "{what}: ClickHouse 18.16 and current ClickHouse disagree");
+}
+
+/// The boards' SQL (the History board's, and the Service board's GPU
+/// panel) with the datasources' macros expanded for the scenario's days,
+/// as Grafana would send it: on the local ClickHouse 18.16 and Postgres,
+/// and on current ClickHouse (chdb, the hot rows copied). Each answers what
+/// `inferlog-report` answers for the same days, and what the events say.
+#[test]
+fn the_boards_sql_answers_what_the_report_answers_on_both_clickhouses() {
+    let (s, events, t) = scenario("report_boards", 12_000, 67);
+    let (hot, all) = (boards::Days { from: t - 2, to: t - 1 }, boards::Days { from: t - 6, to: t - 1 });
+    let (hot_from, hot_to, all_from) = (day_string(t - 2), day_string(t - 1), day_string(t - 6));
+    let queries = boards::all_queries();
+    let panel = |title: &str| queries.iter().find(|q| q.panel == title).unwrap_or_else(|| panic!("no panel {title}")).clone();
+    let table = s.qualified_table();
+    let hot_events: Vec<&InferenceEvent> = events.iter().filter(|e| day_of(e) >= t - 2).collect();
+    let sql_panels: Vec<&boards::Query> = queries.iter().filter(|q| q.datasource != boards::PROMETHEUS).collect();
+    assert_eq!(sql_panels.len(), 5, "{sql_panels:?}");
+
+    // Slow groups: each group's requests and exact p99 from the events; the
+    // report's figures (from its histograms) within their 1%.
+    let slow = boards::clickhouse_sql(&panel("Slow groups: p99 by input × output bucket").text, hot, &table);
+    let got: BTreeMap<(String, String, String), (u64, f64)> =
+        tsv(&clickhouse(&slow)).into_iter().map(|r| ((r[0].clone(), r[1].clone(), r[2].clone()), (num(&r[3]) as u64, num(&r[4])))).collect();
+    let mut groups: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
+    for e in &hot_events {
+        groups
+            .entry((e.business_line.clone(), input_bucket(e).to_owned(), e.output_bucket().as_str().to_owned()))
+            .or_default()
+            .push(e.total_latency_ms);
+    }
+    let want: BTreeMap<(String, String, String), (u64, f64)> =
+        groups.iter_mut().map(|(k, v)| (k.clone(), (v.len() as u64, exact(v, 0.99)))).collect();
+    assert_eq!(got, want, "slow groups against the events");
+    let doc = report_json(&s, &["--from", &hot_from, "--to", &hot_to, "latency"], "boards-latency.log");
+    let latency = rows(&doc, "latency");
+    assert_eq!(latency.len(), got.len(), "the report's groups");
+    for row in latency {
+        let key = (
+            row["business_line"].as_str().unwrap_or("").to_owned(),
+            row["input_bucket"].as_str().unwrap_or("").to_owned(),
+            row["output_bucket"].as_str().unwrap_or("").to_owned(),
+        );
+        let (requests, p99) = got[&key];
+        assert_eq!(row["requests"], requests, "{key:?}");
+        within_1pct(f(&row["total_p99_ms"]), p99, &format!("{key:?} p99, report against the board"));
+    }
+
+    // Errors by code and stage: the events', and the report's summed over line and bucket.
+    let errors = boards::clickhouse_sql(&panel("Errors by code and stage").text, hot, &table);
+    let got: BTreeMap<(String, String), u64> =
+        tsv(&clickhouse(&errors)).into_iter().map(|r| ((r[0].clone(), r[1].clone()), num(&r[2]) as u64)).collect();
+    let mut want: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for e in hot_events.iter().filter(|e| e.error_code != 0) {
+        *want.entry((e.error_code.to_string(), e.error_stage.map_or("", |st| st.as_str()).to_owned())).or_default() += 1;
+    }
+    assert!(!want.is_empty());
+    assert_eq!(got, want, "errors by code and stage against the events");
+    let doc = report_json(&s, &["--from", &hot_from, "--to", &hot_to, "errors"], "boards-errors.log");
+    let mut from_report: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for row in rows(&doc, "errors") {
+        let stage = row["stage"].as_str().filter(|st| *st != "-").unwrap_or("").to_owned();
+        let code = row["code"].as_str().map_or_else(|| row["code"].to_string(), str::to_owned);
+        *from_report.entry((code, stage)).or_default() += row["errors"].as_u64().expect("errors");
+    }
+    assert_eq!(from_report, got, "errors by code and stage, report against the board");
+
+    // GPU memory peak per hour and model, from the events.
+    let gpu = boards::clickhouse_sql(&panel("GPU memory peak by model (hot tier)").text, hot, &table);
+    let got: BTreeMap<(i64, String), f64> = tsv(&clickhouse(&format!("SELECT toUnixTimestamp(time), model_name, peak_mb FROM ({gpu})")))
+        .into_iter()
+        .map(|r| ((num(&r[0]) as i64, r[1].clone()), num(&r[2])))
+        .collect();
+    let mut want: BTreeMap<(i64, String), f64> = BTreeMap::new();
+    for e in &hot_events {
+        if let Some(mb) = e.gpu_mem_peak_mb {
+            let peak = want.entry((e.timestamp_ms.div_euclid(3_600_000) * 3600, e.model_name.clone())).or_insert(mb);
+            *peak = peak.max(mb);
+        }
+    }
+    assert!(!want.is_empty(), "the events carry GPU memory");
+    assert_eq!(got, want, "GPU memory peaks against the events");
+
+    // The same three statements on current ClickHouse, over a copy of the hot rows.
+    let statements = vec![slow.clone(), errors.clone(), gpu.clone()];
+    let (database, name) = table.split_once('.').expect("database.table");
+    let structure = clickhouse(&format!("SELECT name, type FROM system.columns WHERE database = '{database}' AND table = '{name}'"))
+        .lines()
+        .map(|l| l.replacen('\t', " ", 1))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let data = s.dir.path().join("hot.tsv");
+    std::fs::write(&data, clickhouse(&format!("SELECT * FROM {table} FORMAT TabSeparated")) + "\n").expect("hot rows");
+    let listed = s.dir.path().join("statements.json");
+    std::fs::write(&listed, serde_json::to_string(&statements).expect("json")).expect("statements");
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/scripts/chdb_queries.py"))
+        .args([table.as_str(), &structure, inferlog_store::model::tables::HOT.order_by])
+        .arg(&data)
+        .arg(&listed)
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "chdb: {}", String::from_utf8_lossy(&out.stderr));
+    let answers: Vec<Vec<Vec<String>>> = serde_json::from_slice(&out.stdout).expect("chdb's answers");
+    assert_eq!(answers.len(), statements.len());
+    for (sql, answer) in statements.iter().zip(&answers) {
+        assert!(!answer.is_empty(), "chdb answered nothing to {sql}");
+        same_rows(&tsv(&clickhouse(sql)), answer, sql);
+    }
+
+    // Postgres: cost by line over all six days, from the aggregates; the
+    // report (hot days from ClickHouse, the rest from the aggregates) and
+    // the events agree.
+    let cost = boards::postgres_sql(&panel("Cost and tokens by business line").text, all);
+    let got: BTreeMap<String, (u64, f64)> = tsv(&s.psql(&cost)).into_iter().map(|r| (r[0].clone(), (num(&r[1]) as u64, num(&r[4])))).collect();
+    let mut want: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    for e in &events {
+        let w = want.entry(e.business_line.clone()).or_default();
+        w.0 += 1;
+        w.1 += cost_of(e);
+    }
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    let doc = report_json(&s, &["--from", &all_from, "--to", &hot_to, "cost"], "boards-cost.log");
+    for row in rows(&doc, "cost_by_business_line") {
+        let line = row["business_line"].as_str().expect("a line").to_owned();
+        assert_eq!(row["requests"], got[&line].0, "{line}: requests, report against the board");
+        close(f(&row["cost_usd"]), got[&line].1, &format!("{line}: cost, report against the board"));
+        assert_eq!(got[&line].0, want[&line].0, "{line}: requests against the events");
+        close(got[&line].1, want[&line].1, &format!("{line}: cost against the events"));
+    }
+
+    // Requests and tokens per hour, from the hourly aggregates: the events'
+    // per hour, and the report's per hour of day.
+    let hours = boards::postgres_sql(&panel("Requests and tokens per hour").text, all);
+    let got: BTreeMap<i64, (u64, u64)> = tsv(&s.psql(&format!("SELECT extract(epoch FROM time)::bigint, requests, tokens FROM ({hours}) AS panel")))
+        .into_iter()
+        .map(|r| (num(&r[0]) as i64, (num(&r[1]) as u64, num(&r[2]) as u64)))
+        .collect();
+    let mut want: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    for e in &events {
+        let w = want.entry(e.timestamp_ms.div_euclid(3_600_000) * 3600).or_default();
+        w.0 += 1;
+        w.1 += u64::from(e.input_tokens + e.output_tokens);
+    }
+    assert_eq!(got, want, "requests and tokens per hour against the events");
+    let doc = report_json(&s, &["--from", &all_from, "--to", &hot_to, "capacity"], "boards-capacity.log");
+    let mut by_hour_of_day = [(0u64, 0u64); 24];
+    for (hour, (requests, tokens)) in &got {
+        let h = (hour.rem_euclid(86_400) / 3600) as usize;
+        by_hour_of_day[h].0 += requests;
+        by_hour_of_day[h].1 += tokens;
+    }
+    let report_hours = rows(&doc, "by_hour_of_day");
+    assert_eq!(report_hours.len(), 24);
+    for (h, row) in report_hours.iter().enumerate() {
+        assert_eq!(
+            (row["requests"].as_u64(), row["tokens"].as_u64()),
+            (Some(by_hour_of_day[h].0), Some(by_hour_of_day[h].1)),
+            "hour {h:02}: report against the board"
+        );
+    }
 }

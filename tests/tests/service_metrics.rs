@@ -5,87 +5,14 @@
 //! rules load in that Prometheus and evaluate.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::process::Command;
+use std::process::Child;
 use std::time::Duration;
 
+use inferlog_tests::boards;
+use inferlog_tests::tiers::{today, TierScenario};
+
+use inferlog_tests::prometheus::{api as prometheus, ms, query, samples, Target};
 use inferlog_tests::{clickhouse, free_loopback_addr, produce, repo_root, sigterm, test_rng, wait_for, Scenario};
-use serde_json::Value;
-
-fn prometheus_url() -> String {
-    std::env::var("INFERLOG_TEST_PROMETHEUS_URL").unwrap_or_else(|_| "http://127.0.0.1:9490".into())
-}
-
-/// The directory Prometheus discovers scrape targets in (services.sh).
-fn targets_dir() -> PathBuf {
-    let local = std::env::var_os("INFERLOG_LOCAL_DIR").map_or_else(|| repo_root().join(".inferlog/local"), PathBuf::from);
-    local.join("prometheus/targets")
-}
-
-/// A scrape target listed while it lives.
-struct Target(PathBuf);
-
-impl Target {
-    fn add(run: &str, addr: &str) -> Target {
-        let path = targets_dir().join(format!("{run}.json"));
-        let body = serde_json::json!([{ "targets": [addr], "labels": { "run": run } }]);
-        std::fs::write(&path, body.to_string()).expect("write the target file");
-        Target(path)
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// `GET /api/v1/<path>` with form parameters; the `data` of the answer.
-fn prometheus(path: &str, params: &[(&str, &str)]) -> Value {
-    let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "-G", &format!("{}/api/v1/{path}", prometheus_url())]);
-    for (k, v) in params {
-        cmd.args(["--data-urlencode", &format!("{k}={v}")]);
-    }
-    let out = cmd.output().expect("curl");
-    let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(answer["status"], "success", "{path} {params:?}: {answer}");
-    answer["data"].clone()
-}
-
-/// An instant query at `time` (seconds, as Prometheus writes them): each
-/// series' labels and value.
-fn query(expr: &str, time: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    let data = prometheus("query", &[("query", expr), ("time", time)]);
-    data["result"]
-        .as_array()
-        .expect("a vector")
-        .iter()
-        .map(|r| {
-            let labels = r["metric"].as_object().expect("labels").iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect();
-            let value = r["value"][1].as_str().expect("a value").parse().expect("a number");
-            (labels, value)
-        })
-        .collect()
-}
-
-/// The raw samples of one series over the last `range`: (timestamp as
-/// Prometheus wrote it, value).
-fn samples(selector: &str, range: &str) -> Vec<(String, f64)> {
-    let data = prometheus("query", &[("query", &format!("{selector}[{range}]"))]);
-    let result = data["result"].as_array().expect("a matrix");
-    assert!(result.len() <= 1, "{selector} names one series: {data}");
-    result
-        .iter()
-        .flat_map(|r| r["values"].as_array().expect("values").iter())
-        .map(|v| (v[0].to_string(), v[1].as_str().expect("value").parse().expect("number")))
-        .collect()
-}
-
-/// The sample timestamp as milliseconds.
-fn ms(t: &str) -> i64 {
-    (t.parse::<f64>().expect("a timestamp") * 1000.0).round() as i64
-}
 
 /// One event the test produces, and what it expects of it.
 struct Event {
@@ -128,9 +55,10 @@ fn events(rng: &mut impl rand::Rng, prefix: &str, count: usize, cover: bool) -> 
             let random_code = if rng.gen_bool(0.02) { [1001, 1003][rng.gen_range(0..2)] } else { 0 };
             let error_code = planned.map_or(random_code, |(_, _, _, c)| c);
             let stage = if error_code != 0 { r#","error_stage":"decode""# } else { "" };
+            let (tpot_ms, queue_ms): (f64, f64) = (rng.gen_range(10.0..40.0), rng.gen_range(0.0..50.0));
             let ts = now - 60_000 - rng.gen_range(0..3_000_000i64);
             let json = format!(
-                r#"{{"request_id":"{prefix}-{i}","timestamp":{ts},"business_line":"{line}","model_name":"{model}","model_version":"v1","request_type":"{request_type}","input_tokens":{input},"output_tokens":{output},"cache_prefix_tokens":{cached},"total_latency_ms":{total_ms:.3},"ttft_ms":{ttft_ms:.3},"error_code":{error_code}{stage}}}"#
+                r#"{{"request_id":"{prefix}-{i}","timestamp":{ts},"business_line":"{line}","model_name":"{model}","model_version":"v1","request_type":"{request_type}","input_tokens":{input},"output_tokens":{output},"cache_prefix_tokens":{cached},"total_latency_ms":{total_ms:.3},"ttft_ms":{ttft_ms:.3},"tpot_ms":{tpot_ms:.3},"queue_wait_ms":{queue_ms:.3},"error_code":{error_code}{stage}}}"#
             );
             Event {
                 line: line.to_string(),
@@ -185,6 +113,9 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     std::fs::write(&s.config, config).expect("config");
     let run = s.group.clone();
     let _target = Target::add(&run, &addr);
+    // The compactor and retention daemons, scraped beside ingest: the
+    // Pipeline board reads all three.
+    let (tiers, mut daemons, _tier_targets) = tier_daemons(&run);
     let inserted = format!("inferlog_ingest_rows_inserted_total{{run=\"{run}\"}}");
     let scraped = |n: usize| {
         let v = query(&inserted, &format!("{}", inferlog_tests::now_ms() as f64 / 1000.0));
@@ -192,11 +123,15 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     };
 
     // Phase 1: every series the second phase uses (3 lines × 2 models ×
-    // 2 request types × 3 codes) gets its first samples.
+    // 2 request types × 3 codes) gets its first samples, and three
+    // messages are rejected (the rejects and DLQ series of the Pipeline board).
     let first = events(&mut rng, "w", 1_200, true);
     let second = events(&mut rng, "m", 24_000, false);
     let mut ingest = s.spawn_ingest(None, "ingest.log");
     produce_events(&s, "first.jsonl", &first);
+    let invalid = s.dir.path().join("invalid.jsonl");
+    std::fs::write(&invalid, "{\"request_id\": 1}\nnot json\n{\"request_id\":\"x\",\"input_tokens\":-1}\n").expect("write rejects");
+    produce(&s.topic, &invalid);
     let table = s.qualified_table();
     let count = || inferlog_tests::try_clickhouse(&format!("SELECT count() FROM {table}")).ok().and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
     wait_for(Duration::from_secs(120), || count() == first.len(), || format!("{} of {} rows stored: {}", count(), first.len(), s.log("ingest.log")));
@@ -288,6 +223,79 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     assert_eq!(overflow.first().map(|(_, v)| *v), Some(overflowed as f64), "events of the type past the cap");
     let other = types.iter().find(|(l, _)| l["request_type"] == "other").map(|(_, v)| *v);
     assert_eq!(other, Some(overflowed as f64));
+
+    // The Service and Pipeline boards: every PromQL query answers with
+    // series at t1 (a metric or label named wrongly answers nothing).
+    // Two only show what a fault makes: skips of stored offsets (a
+    // restart mid-batch) and firing alerts; for those the query must be
+    // valid. The requests of each line over [t0, t1], as the Service
+    // board's table asks it of this run's series, equal ClickHouse's count.
+    let fault_only = ["inferlog_ingest_duplicates_total", "ALERTS{"];
+    let prometheus_queries: Vec<boards::Query> = boards::all_queries().into_iter().filter(|q| q.datasource == boards::PROMETHEUS).collect();
+    assert!(prometheus_queries.len() >= 25, "{prometheus_queries:?}");
+    for q in &prometheus_queries {
+        let expr = boards::promql(&q.text, "1m", &offset);
+        let series = query(&expr, &t1);
+        if fault_only.iter().any(|f| expr.contains(f)) {
+            continue;
+        }
+        assert!(!series.is_empty(), "{} / {}: no series for {expr}", q.board, q.panel);
+    }
+    let per_line = prometheus_queries.iter().find(|q| q.panel == "Requests in the range by business line").expect("the requests table");
+    let this_run = per_line.text.replace("inferlog_service_requests_total{", &format!("inferlog_service_requests_total{{run=\"{run}\","));
+    let got: BTreeMap<String, f64> =
+        query(&boards::promql(&this_run, "1m", &offset), &t1).into_iter().map(|(l, v)| (l["business_line"].clone(), v)).collect();
+    let want: BTreeMap<String, f64> =
+        clickhouse(&format!("SELECT business_line, count() FROM {table} WHERE startsWith(request_id, 'm-') GROUP BY business_line"))
+            .lines()
+            .map(|l| {
+                let (line, n) = l.split_once('\t').expect("two columns");
+                (line.to_string(), n.parse().expect("a count"))
+            })
+            .collect();
+    let mut from_events: BTreeMap<String, f64> = BTreeMap::new();
+    for e in &second {
+        *from_events.entry(e.line.clone()).or_default() += 1.0;
+    }
+    assert_eq!(want, from_events, "ClickHouse stored the second phase");
+    assert_eq!(got, want, "{}: requests per line over [{t0}, {t1}] against ClickHouse's count", per_line.panel);
+    for daemon in &mut daemons {
+        sigterm(daemon, Duration::from_secs(30));
+    }
+    drop(tiers);
+}
+
+/// A compactor and a retention daemon over a tier scenario with two closed
+/// days, a budget, and `/metrics` listed as scrape targets of run `run`;
+/// returned once Prometheus scraped each one's first pass.
+fn tier_daemons(run: &str) -> (TierScenario, Vec<Child>, Vec<Target>) {
+    let (compactor, retention) = (free_loopback_addr(), free_loopback_addr());
+    let tiers = TierScenario::new("svcmetrics_tiers", "[budgets.lines.chat-assistant]\nmonthly_usd = 100\n");
+    let config = std::fs::read_to_string(&tiers.config).expect("config").replace(
+        "[compactor]\nmetrics_addr = \"\"\n",
+        &format!(
+            "[retention]\nmetrics_addr = \"{retention}\"\ninterval = \"1h\"\n\n[compactor]\nmetrics_addr = \"{compactor}\"\ninterval = \"1h\"\n"
+        ),
+    );
+    std::fs::write(&tiers.config, config).expect("config");
+    tiers.seed(2_000, 1, today() - 2, 43);
+    let daemons = vec![
+        tiers.spawn("inferlog-compactor", &[], "compactor.log", &[]),
+        tiers.spawn("inferlog-retention", &["enforce", "--daemon"], "retention.log", &[]),
+    ];
+    let targets = vec![Target::add(&format!("{run}-compactor"), &compactor), Target::add(&format!("{run}-retention"), &retention)];
+    for (series, log) in [
+        (format!("inferlog_compactor_days_total{{run=\"{run}-compactor\",state=\"aggregated\"}}"), "compactor.log"),
+        (format!("inferlog_budget_used_ratio{{run=\"{run}-compactor\"}}"), "compactor.log"),
+        (format!("inferlog_retention_last_success_timestamp_seconds{{run=\"{run}-retention\"}}"), "retention.log"),
+    ] {
+        wait_for(
+            Duration::from_secs(120),
+            || !query(&series, &inferlog_tests::prometheus::now()).is_empty(),
+            || format!("Prometheus never scraped {series}: {}", tiers.log(log)),
+        );
+    }
+    (tiers, daemons, targets)
 }
 
 /// The rule files (the pipeline's, the service's and its SLOs') are loaded by the
