@@ -2,16 +2,20 @@
 # Checks of what `deploy/` ships that are not Rust tests, run by
 # deploy/local/test.sh (and so by CI) after the release build:
 #   1. the Prometheus alert rules: `promtool check rules` and their unit tests
-#      (`promtool test rules`); installs Debian's `prometheus` for promtool;
-#   2. the systemd units: `systemd-analyze verify`, against the binaries just
+#      (`promtool test rules`), with Debian's promtool (2.42, `prometheus`)
+#      and with promtool 3.x built from the Go module proxy (cached under
+#      ~/.cache/inferlog; the first build takes a few minutes);
+#   2. the Grafana boards: deploy/grafana/dashboards.py --check (the JSON
+#      and README are what the script generates, through the SDK's schema);
+#   3. the systemd units: `systemd-analyze verify`, against the binaries just
 #      built;
-#   3. the event-parser fuzz target (schema/fuzz, cargo-fuzz on nightly) for
+#   4. the event-parser fuzz target (schema/fuzz, cargo-fuzz on nightly) for
 #      FUZZ_SECONDS (default 60) on the committed corpus. New inputs it finds
 #      go to a scratch directory, not the committed corpus; a crash fails
 #      the check and leaves the input under schema/fuzz/artifacts/;
-#   4. the code: `cargo fmt --check` (rustfmt.toml) and clippy with every
+#   5. the code: `cargo fmt --check` (rustfmt.toml) and clippy with every
 #      warning an error, on every target.
-# Usage: deploy/check.sh [rules|systemd|fuzz|code]...   (default: all four)
+# Usage: deploy/check.sh [rules|boards|systemd|fuzz|code]...   (default: all five)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,10 +28,36 @@ need_apt() {
     fi
 }
 
+# Prometheus 3.x's promtool: the Go module of Prometheus v3.N is v0.3NN.
+PROMTOOL3_MODULE=v0.316.0
+
+# Builds promtool 3.x once into the cache; prints its path.
+promtool3() {
+    local dir="${XDG_CACHE_HOME:-$HOME/.cache}/inferlog/promtool-$PROMTOOL3_MODULE"
+    if [ ! -x "$dir/promtool" ]; then
+        command -v go >/dev/null || need_apt go golang-go
+        echo "building promtool $PROMTOOL3_MODULE (Prometheus 3) from the Go module proxy" >&2
+        GOBIN="$dir" GOFLAGS=-mod=mod go install "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL3_MODULE" >&2
+    fi
+    echo "$dir/promtool"
+}
+
 check_rules() {
     need_apt promtool prometheus
-    (cd deploy/prometheus && promtool check rules inferlog.rules.yml service.rules.yml slo.rules.yml \
-        && promtool test rules inferlog.rules.test.yml service.rules.test.yml service.spikes.test.yml slo.rules.test.yml)
+    local p3
+    p3=$(promtool3)
+    for tool in promtool "$p3"; do
+        echo "-- $("$tool" --version 2>&1 | head -n 1)"
+        (cd deploy/prometheus && "$tool" check rules inferlog.rules.yml service.rules.yml slo.rules.yml \
+            && "$tool" test rules inferlog.rules.test.yml service.rules.test.yml service.spikes.test.yml slo.rules.test.yml)
+    done
+}
+
+check_boards() {
+    python3 -c 'import grafana_foundation_sdk' 2>/dev/null \
+        || python3 -m pip install -q -r deploy/grafana/requirements.txt >/dev/null
+    python3 deploy/grafana/dashboards.py --check
+    echo "boards: $(ls deploy/grafana/dashboards/*.json | wc -l) generated and current"
 }
 
 check_systemd() {
@@ -70,7 +100,7 @@ check_code() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(code rules systemd fuzz)
+[ ${#steps[@]} -eq 0 ] && steps=(code rules boards systemd fuzz)
 for step in "${steps[@]}"; do
     echo "== deploy/check.sh $step"
     "check_$step"
