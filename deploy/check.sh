@@ -47,7 +47,7 @@ check_rules() {
     local p3
     p3=$(promtool3)
     for tool in promtool "$p3"; do
-        echo "-- $("$tool" --version 2>&1 | head -n 1)"
+        echo "-- $tool: $("$tool" --version 2>&1 | head -n 1)"
         (cd deploy/prometheus && "$tool" check rules inferlog.rules.yml service.rules.yml slo.rules.yml \
             && "$tool" test rules inferlog.rules.test.yml service.rules.test.yml service.spikes.test.yml slo.rules.test.yml)
     done
