@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,8 @@ pub struct Batch {
 #[derive(Debug, Clone, Default)]
 pub struct BufferPool {
     free: Arc<Mutex<Vec<BytesMut>>>,
+    /// Buffers taken from `free` since [`BufferPool::take_reused`] last read it.
+    reused: Arc<AtomicU64>,
 }
 
 impl BufferPool {
@@ -83,7 +86,18 @@ impl BufferPool {
     /// An empty buffer: a written one if there is one (it keeps its size),
     /// otherwise a new one of `capacity` bytes.
     fn take(&self, capacity: usize) -> BytesMut {
-        self.free().pop().unwrap_or_else(|| BytesMut::with_capacity(capacity))
+        match self.free().pop() {
+            Some(buffer) => {
+                self.reused.fetch_add(1, Ordering::Relaxed);
+                buffer
+            }
+            None => BytesMut::with_capacity(capacity),
+        }
+    }
+
+    /// Buffers taken back from the written ones since the last call.
+    pub fn take_reused(&self) -> u64 {
+        self.reused.swap(0, Ordering::Relaxed)
     }
 
     /// Takes back the buffers of written rows that nothing else holds,

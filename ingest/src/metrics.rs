@@ -33,6 +33,7 @@ pub struct Metrics {
     offsets_lost: IntCounter,
     dlq_truncated: IntCounter,
     caught_up_flushes: IntCounter,
+    buffers_reused: IntCounter,
     session_lost: IntCounter,
     commit_failures: IntCounter,
     unowned: IntCounter,
@@ -92,6 +93,10 @@ impl Metrics {
             caught_up_flushes: counter(
                 "inferlog_ingest_caught_up_flushes_total",
                 "Batches flushed before batch_max_age because the source was read to its end",
+            ),
+            buffers_reused: counter(
+                "inferlog_ingest_buffers_reused_total",
+                "Row buffers a batch took back from written batches instead of allocating new memory",
             ),
             session_lost: counter(
                 "inferlog_ingest_session_lost_batches_total",
@@ -209,6 +214,11 @@ pub fn batch_flushed(m: &Metrics, rows: usize, rejects: usize, elapsed: Duration
 /// The group session timed out before a batch was written; it is dropped.
 pub fn session_lost(m: &Metrics) {
     m.session_lost.inc();
+}
+
+/// Row buffers batches took back from the pool since the last count.
+pub fn buffers_reused(m: &Metrics, buffers: u64) {
+    m.buffers_reused.inc_by(buffers);
 }
 
 /// The source has nothing more for now and the batch is big enough to insert.

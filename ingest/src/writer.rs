@@ -186,13 +186,14 @@ impl Writer {
         let (chunks, ends) = (rows.chunks.clone(), std::mem::take(&mut rows.ends));
         rows.order = tokio::task::spawn_blocking(move || Order::of(&chunks, &ends).map(Arc::new)).await.ok().flatten();
         let rows = Arc::new(rows);
-        let attempt = rows.clone();
         let id = self.sink.insert_id();
         let day = i32::from(rows.first.day);
         let held = tokio::sync::Mutex::new(None);
+        // Each attempt holds its own reference, dropped with it: once the
+        // last ends, `rows` is the only one and its buffers go back.
         let inserted = self
             .retry("insert rows", |sink, retry| {
-                let (rows, id, held) = (attempt.clone(), &id, &held);
+                let (rows, id, held) = (rows.clone(), &id, &held);
                 async move {
                     let mut held = held.lock().await;
                     if held.is_none() {
@@ -231,6 +232,7 @@ impl Writer {
         let span_rejects: Vec<&Reject> = batch.rejects.iter().filter(|r| r.span.is_some()).collect();
         self.send_to_dlq(span_rejects).await?;
         let pool = batch.pool();
+        metrics::buffers_reused(&self.metrics, pool.take_reused());
         stream::iter(batch.take_days(|topic, partition| self.sink.shard_of(topic, partition))?)
             .map(|(_day, rows)| self.insert_day(rows, &pool))
             .buffer_unordered(DAYS_AT_ONCE)

@@ -439,6 +439,11 @@ fn the_small_tail_of_a_backlog_is_written_when_the_source_goes_quiet() {
         assert_eq!(s.hot_count().0, want, "a trickle below flush_when_caught_up_rows is not flushed when the source goes quiet");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Batches after the first write into the buffers of the ones written
+    // before them (the pool); a reference an insert attempt kept alive
+    // would leave every buffer new.
+    let reused = inferlog_tests::metric(&addr, "inferlog_ingest_buffers_reused_total").unwrap_or(0.0);
+    assert!(reused > 0.0, "no batch reused a written buffer: {}", http_get(&addr, "/metrics"));
     let status = sigterm(&mut child, Duration::from_secs(30));
     assert!(status.success(), "{}", s.log("ingest.log"));
     assert_eq!(s.hot_count(), (want + 3, want + 3), "the final flush wrote the trickle");
