@@ -504,9 +504,10 @@ impl ClickHouseSink {
 mod tests {
     use super::*;
 
-    /// The typed inserts name the columns of their table's shape, in order.
+    /// A server's version string, as the feature checks read it (the typed
+    /// rows' shapes are held in store::model::rows's tests).
     #[test]
-    fn the_rejects_row_is_the_rejects_tables_shape() {
+    fn a_server_version_parses_to_major_and_minor() {
         assert_eq!(parse_version("18.16.1"), (18, 16));
     }
 

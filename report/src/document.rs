@@ -33,6 +33,18 @@ pub enum Kind {
     Points,
 }
 
+impl Kind {
+    /// How `counts`' cost ([`crate::facts::Counts::cost`]) is shown:
+    /// [`Kind::UsdPartial`] when it is a partial sum (a lower bound).
+    pub fn of_cost(counts: &crate::facts::Counts) -> Kind {
+        if counts.partly_priced() {
+            Kind::UsdPartial
+        } else {
+            Kind::Usd
+        }
+    }
+}
+
 /// One cell: text, or a number (`None`: no value, shown as `-`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {

@@ -96,7 +96,7 @@ impl Counts {
     }
 
     /// Whether some of the requests were priced and some were not.
-    fn partly_priced(&self) -> bool {
+    pub fn partly_priced(&self) -> bool {
         self.unpriced_requests > 0 && self.unpriced_requests < self.requests
     }
 
@@ -104,16 +104,6 @@ impl Counts {
     /// them was priced (never a silent $0).
     pub fn cost(&self) -> Option<f64> {
         (self.unpriced_requests == 0 || self.partly_priced()).then_some(self.cost_usd)
-    }
-
-    /// How [`Counts::cost`] is shown: [`Kind::UsdPartial`] when it is a
-    /// partial sum (a lower bound).
-    pub fn cost_kind(&self) -> crate::document::Kind {
-        if self.partly_priced() {
-            crate::document::Kind::UsdPartial
-        } else {
-            crate::document::Kind::Usd
-        }
     }
 
     /// Input plus output tokens.

@@ -28,7 +28,7 @@ fn cells(c: &Counts, total_cost: f64) -> Vec<Cell> {
         Cell::count(c.input_tokens),
         Cell::count(c.cache_prefix_tokens),
         Cell::count(c.output_tokens),
-        Cell::num(c.cost(), c.cost_kind()),
+        Cell::num(c.cost(), Kind::of_cost(c)),
         Cell::num(c.cost().filter(|_| total_cost > 0.0).map(|cost| cost / total_cost), Kind::Share),
         Cell::count(c.unpriced_requests),
     ]

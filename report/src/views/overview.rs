@@ -40,7 +40,7 @@ pub fn metrics(facts: &Facts, range: Range, now_ms: i64, codes: &[(i32, String)]
         m("tokens_per_minute", facts.answered_minutes(range, now_ms).map(|minutes| s.counts.tokens() as f64 / minutes), Kind::Rate),
         m("input_tokens", Some(s.counts.input_tokens as f64), Kind::Count),
         m("output_tokens", Some(s.counts.output_tokens as f64), Kind::Count),
-        m("cost_usd", s.counts.cost(), s.counts.cost_kind()),
+        m("cost_usd", s.counts.cost(), Kind::of_cost(&s.counts)),
         m("unpriced_requests", Some(s.counts.unpriced_requests as f64), Kind::Count),
     ];
     for (measure, name) in [(TTFT, "ttft"), (TPOT, "tpot"), (TOTAL, "total")] {

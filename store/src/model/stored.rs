@@ -10,6 +10,9 @@ use serde::Deserialize;
 #[cfg(any(doc, test))]
 use crate::model::tables::HOT;
 
+/// The request type of a row that names none.
+pub const NO_TYPE: &str = "-";
+
 /// One hot row as read back: every column of [`HOT`] but `day` and
 /// `event_time` (both derived from `timestamp_ms`), in its order. Strings
 /// borrow from the response buffer.
@@ -165,9 +168,9 @@ pub struct FoldRow<'a> {
 }
 
 impl<'a> FoldRow<'a> {
-    /// The request type, or [`crate::model::waste::NO_TYPE`] when the row names none (or an empty one).
+    /// The request type, or [`NO_TYPE`] when the row names none (or an empty one).
     pub fn request_type_or_none(&self) -> &'a str {
-        self.request_type.filter(|t| !t.is_empty()).unwrap_or(crate::model::waste::NO_TYPE)
+        self.request_type.filter(|t| !t.is_empty()).unwrap_or(NO_TYPE)
     }
 
     /// `timestamp_ms, business_line, …`: the `SELECT` list of a [`FoldRow`].

@@ -25,9 +25,7 @@ use std::collections::HashMap;
 use inferlog_schema::histogram::Histogram;
 
 use crate::model::stored::FoldRow;
-
-/// The request type of a row that names none.
-pub const NO_TYPE: &str = "-";
+pub use crate::model::stored::NO_TYPE;
 
 /// One prompt of one business line in a day.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
