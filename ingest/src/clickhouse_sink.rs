@@ -21,9 +21,17 @@
 //! `ON CLUSTER` (a replicated `<table>_local` per shard and a `Distributed`
 //! `<table>`), and every write and lookup of a Kafka partition goes to the
 //! local tables of the shard the config maps it to, with the shard's
-//! `insert_quorum`: an insert returns only once the quorum holds it.
+//! `insert_quorum`: an insert returns only once the quorum holds it. A
+//! shard's writes and lookups go to its first replica that answers: one
+//! that could not be reached is passed over for [`PASS_OVER`], so a shard
+//! whose first replica is down takes inserts wherever its quorum allows.
+//! A retry then checks and writes on the next replica; if the attempt
+//! before did land on the unreachable one, ZooKeeper knows its block, and
+//! the byte-identical retry is deduplicated by the replicated table.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use clickhouse::{Client, Row};
@@ -155,6 +163,35 @@ pub struct ServerFeatures {
 /// last quorum part.
 const QUORUM_PART_MISSING: u32 = 289;
 
+/// How long a replica that could not be reached is passed over.
+pub const PASS_OVER: Duration = Duration::from_secs(10);
+
+/// One shard's replicas, in the config's order, and until when (ms since
+/// the epoch) each is passed over because a request could not reach it.
+struct Replicas {
+    clients: Vec<Client>,
+    passed_over_until: Vec<AtomicI64>,
+}
+
+impl Replicas {
+    fn new(clients: Vec<Client>) -> Replicas {
+        let passed_over_until = clients.iter().map(|_| AtomicI64::new(0)).collect();
+        Replicas { clients, passed_over_until }
+    }
+
+    /// The replica requests go to at `now_ms`: the first not passed over,
+    /// or, when all are, the one passed over longest ago.
+    fn pick(&self, now_ms: i64) -> usize {
+        let until = |i: usize| self.passed_over_until[i].load(Ordering::Relaxed);
+        (0..self.clients.len()).find(|&i| until(i) <= now_ms).or_else(|| (0..self.clients.len()).min_by_key(|&i| until(i))).unwrap_or(0)
+    }
+
+    /// Every client with `f` applied (a setting added).
+    fn map(&self, f: impl Fn(Client) -> Client) -> Replicas {
+        Replicas::new(self.clients.iter().cloned().map(f).collect())
+    }
+}
+
 /// The hot tier's tables and the clients that write them: one server, or
 /// on a cluster one client per shard, and which shard takes each Kafka
 /// partition. A sink's own queries go to [`ClickHouseSink::shard`]'s.
@@ -165,9 +202,11 @@ pub struct ClickHouseSink {
     /// cluster, the client of the shard this copy is for (the first one
     /// until [`ClickHouseSink::shard`] picks another).
     pub(crate) client: Client,
-    /// Each shard's client (its first replica; one entry on one server),
-    /// with the shard's `insert_quorum`.
-    shards: Arc<[Client]>,
+    /// Each shard's replicas (one entry of one on one server), with the
+    /// shard's `insert_quorum`.
+    shards: Arc<[Replicas]>,
+    /// The (shard, replica) `client` is, on a copy [`ClickHouseSink::shard`] made.
+    replica: Option<(usize, usize)>,
     /// Not bound to a database: `CREATE DATABASE` and the DDL.
     admin: Client,
     config: Arc<ClickHouseConfig>,
@@ -196,29 +235,32 @@ pub use inferlog_store::hot::parse_version;
 impl ClickHouseSink {
     pub fn new(config: &ClickHouseConfig) -> Result<ClickHouseSink, IngestError> {
         let client = config.client()?;
-        let shards: Arc<[Client]> = if config.cluster.is_none() {
-            Arc::new([client.clone().with_database(&config.database)])
+        let shards: Arc<[Replicas]> = if config.cluster.is_none() {
+            Arc::new([Replicas::new(vec![client.clone().with_database(&config.database)])])
         } else {
             let quorum_timeout = config.request_timeout.as_millis().to_string();
-            config
-                .shards
-                .iter()
-                .enumerate()
-                .map(|(i, shard)| {
-                    Ok(config
-                        .client_at(&shard.replicas[0])?
-                        .with_database(&config.database)
-                        .with_setting("insert_quorum", config.quorum(i).to_string())
-                        .with_setting("insert_quorum_timeout", quorum_timeout.clone()))
-                })
-                .collect::<Result<Vec<_>, IngestError>>()?
-                .into()
+            let mut shards = Vec::new();
+            for (i, shard) in config.shards.iter().enumerate() {
+                let mut clients = Vec::new();
+                for url in &shard.replicas {
+                    clients.push(
+                        config
+                            .client_at(url)?
+                            .with_database(&config.database)
+                            .with_setting("insert_quorum", config.quorum(i).to_string())
+                            .with_setting("insert_quorum_timeout", quorum_timeout.clone()),
+                    );
+                }
+                shards.push(Replicas::new(clients));
+            }
+            shards.into()
         };
         let written = |name: &str| if config.cluster.is_some() { tables::local_table(name) } else { name.to_owned() };
         Ok(ClickHouseSink {
             admin: client,
-            client: shards[0].clone(),
+            client: shards[0].clients[0].clone(),
             shards,
+            replica: None,
             config: Arc::new(config.clone()),
             database: config.database.clone(),
             table: written(&config.table),
@@ -241,9 +283,32 @@ impl ClickHouseSink {
         &self.config.table
     }
 
-    /// This sink with its queries and inserts going to `shard`.
+    /// This sink with its queries and inserts going to `shard`: to its
+    /// first replica not passed over ([`PASS_OVER`]).
     pub fn shard(&self, shard: usize) -> ClickHouseSink {
-        ClickHouseSink { client: self.shards[shard].clone(), ..self.clone() }
+        let replica = self.shards[shard].pick(crate::dlq::now_ms());
+        ClickHouseSink { client: self.shards[shard].clients[replica].clone(), replica: Some((shard, replica)), ..self.clone() }
+    }
+
+    /// After a request of this copy could not reach its replica (a network
+    /// error or no answer in time): the shard's next replica takes its
+    /// requests for [`PASS_OVER`].
+    fn pass_over(&self, source: &clickhouse::error::Error) {
+        let Some((shard, replica)) = self.replica else { return };
+        let replicas = &self.shards[shard];
+        if replicas.clients.len() < 2 || !matches!(source, clickhouse::error::Error::Network(_) | clickhouse::error::Error::TimedOut) {
+            return;
+        }
+        let until = crate::dlq::now_ms() + PASS_OVER.as_millis() as i64;
+        if replicas.passed_over_until[replica].swap(until, Ordering::Relaxed) <= crate::dlq::now_ms() {
+            tracing::warn!(
+                shard = shard + 1,
+                replica = replica + 1,
+                error = %source,
+                pass_over_s = PASS_OVER.as_secs(),
+                "a replica could not be reached: the shard's requests go to its next replica"
+            );
+        }
     }
 
     /// The shard storing `partition` of `topic` (0 on one server): an
@@ -259,7 +324,10 @@ impl ClickHouseSink {
         })
     }
 
+    /// A ClickHouse error of `operation` on `table`; on a shard's copy, one
+    /// that did not reach the replica passes it over ([`PASS_OVER`]).
     pub(crate) fn error(&self, operation: &'static str, table: &str, source: clickhouse::error::Error) -> IngestError {
+        self.pass_over(&source);
         IngestError::ClickHouse { operation, table: format!("{}.{table}", self.database), source }
     }
 
@@ -328,7 +396,7 @@ impl ClickHouseSink {
         }
         if features.async_insert {
             self.client = self.client.clone().with_setting("async_insert", "0");
-            self.shards = self.shards.iter().map(|c| c.clone().with_setting("async_insert", "0")).collect();
+            self.shards = self.shards.iter().map(|r| r.map(|c| c.with_setting("async_insert", "0"))).collect();
         }
         // Quorum inserts linearized, as on 18.16: the landed check's
         // `select_sequential_consistency` holds only then, and a replica
@@ -337,7 +405,7 @@ impl ClickHouseSink {
         // 21.x run them in parallel by default.
         if features.insert_quorum_parallel && self.config.cluster.is_some() {
             self.client = self.client.clone().with_setting("insert_quorum_parallel", "0");
-            self.shards = self.shards.iter().map(|c| c.clone().with_setting("insert_quorum_parallel", "0")).collect();
+            self.shards = self.shards.iter().map(|r| r.map(|c| c.with_setting("insert_quorum_parallel", "0"))).collect();
         }
         tracing::info!(?features, fsync_after_insert = fsync, "clickhouse tables checked");
         Ok(features)
@@ -424,9 +492,9 @@ impl ClickHouseSink {
             .with_setting("query_id", self.ids.attempt(id))
             .with_timeouts(Some(self.request_timeout), Some(self.request_timeout));
         for piece in rows.body() {
-            insert.send(piece).await.map_err(|e| self.error("insert", table, e))?;
+            insert.send(piece).await.map_err(|e| sink.error("insert", table, e))?;
         }
-        insert.end().await.map_err(|e| self.error("insert", table, e))
+        insert.end().await.map_err(|e| sink.error("insert", table, e))
     }
 
     /// Logs the rejects of one day on one shard (one INSERT: atomic), with
@@ -509,6 +577,19 @@ mod tests {
     #[test]
     fn a_server_version_parses_to_major_and_minor() {
         assert_eq!(parse_version("18.16.1"), (18, 16));
+    }
+
+    #[test]
+    fn a_passed_over_replica_gives_its_turn_to_the_next_until_its_time_is_up() {
+        let client = || Client::default().with_url("http://127.0.0.1:1");
+        let replicas = Replicas::new(vec![client(), client(), client()]);
+        assert_eq!(replicas.pick(1_000), 0, "the first replica while all answer");
+        replicas.passed_over_until[0].store(5_000, Ordering::Relaxed);
+        assert_eq!(replicas.pick(1_000), 1, "the next one while the first is passed over");
+        assert_eq!(replicas.pick(5_000), 0, "the first again once its time is up");
+        replicas.passed_over_until[1].store(3_000, Ordering::Relaxed);
+        replicas.passed_over_until[2].store(4_000, Ordering::Relaxed);
+        assert_eq!(replicas.pick(1_000), 1, "all passed over: the one whose time ends first");
     }
 
     #[test]

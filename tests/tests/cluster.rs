@@ -244,6 +244,42 @@ fn a_replica_killed_mid_ingest_holds_back_its_shards_commits_and_nothing_is_lost
     recovered(&s, &mut child, &ends, &events);
 }
 
+/// Issue 60: s1r1, the first replica of shard 1, killed while ingest
+/// writes with `insert_quorum = 1`: the shard's inserts go to s1r2, so
+/// every offset is committed while s1r1 is still down; once it is back,
+/// every event is stored once, on both replicas.
+#[test]
+fn the_first_replica_of_a_shard_down_its_inserts_go_to_the_other_with_quorum_one() {
+    let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    cluster_up();
+    let s = cluster_scenario("clfirst");
+    let config = std::fs::read_to_string(&s.config).expect("config").replacen(
+        "request_timeout = \"10s\"\n",
+        "request_timeout = \"10s\"\ninsert_quorum = 1\n",
+        1,
+    );
+    std::fs::write(&s.config, config).expect("config");
+    let events = inferlog_tests::generate(40_000, 0.01, 3333, 3);
+    let (first, second) = events.split_at(20_000);
+    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), first));
+
+    let mut child = s.spawn_ingest(None, "ingest.log");
+    wait_for(Duration::from_secs(120), || count(8131, &s.table) >= 4_000, || s.log("ingest.log"));
+    let _restart = OnDrop("start-node s1r1");
+    services("kill-node s1r1");
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(second_dir.path(), second));
+    let ends = log_ends(&s.topic);
+    wait_for(
+        Duration::from_secs(240),
+        || committed(&s.topic, &s.group) == ends,
+        || format!("every offset committed with s1r1 down: {:?} of {ends:?}\n{}", committed(&s.topic, &s.group), s.log("ingest.log")),
+    );
+    assert!(s.log("ingest.log").contains("a replica could not be reached"), "{}", s.log("ingest.log"));
+    services("start-node s1r1");
+    recovered(&s, &mut child, &ends, &events);
+}
+
 /// After a fault is undone: ingest (`child`, logging to `ingest.log`)
 /// commits every offset up to `ends`, stops cleanly on SIGTERM, had
 /// noticed and retried the fault, and stored every event once.
