@@ -298,10 +298,16 @@ pub type Consumer = StreamConsumer<IngestContext>;
 /// How long a revocation may wait for the batch in flight before its
 /// writer is fenced: `max.poll.interval.ms` (librdkafka's default 300 s
 /// unless `kafka.options` sets it) less one `request_timeout` (an attempt
-/// started before the fence has ended by then) and a second of margin.
+/// started before the fence has ended by then), at most half the
+/// interval, and a second of margin. An attempt started before the fence
+/// and still running when the partitions' next owner looks is waited out
+/// by it ([`crate::in_flight`]), so a `request_timeout` longer than the
+/// interval needs no longer margin; subtracting it whole left a fence of
+/// zero, and a member whose revocation waited a millisecond was fenced.
 pub fn fence_after(kafka: &KafkaConfig, request_timeout: std::time::Duration) -> std::time::Duration {
     let max_poll = kafka.options.get("max.poll.interval.ms").and_then(|v| v.parse::<u64>().ok()).unwrap_or(300_000);
-    std::time::Duration::from_millis(max_poll).saturating_sub(request_timeout + std::time::Duration::from_secs(1))
+    let max_poll = std::time::Duration::from_millis(max_poll);
+    max_poll.saturating_sub(request_timeout.min(max_poll / 2) + std::time::Duration::from_secs(1))
 }
 
 /// librdkafka's config of every client ingest makes (consumer, DLQ
@@ -468,6 +474,19 @@ fn committed_or_earliest(consumer: &Consumer, tpl: &rdkafka::TopicPartitionList)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fence_leaves_a_short_poll_interval_half_of_itself() {
+        let with = |max_poll: &str| {
+            let mut kafka = KafkaConfig::default();
+            kafka.options.insert("max.poll.interval.ms".into(), max_poll.into());
+            kafka
+        };
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(fence_after(&KafkaConfig::default(), secs(60)), secs(239), "300 s less a request and a second");
+        assert_eq!(fence_after(&with("8000"), secs(60)), secs(3), "never zero: half of 8 s, less a second");
+        assert_eq!(fence_after(&with("8000"), secs(2)), secs(5));
+    }
     use std::sync::mpsc;
     use std::time::Duration;
 
