@@ -277,6 +277,14 @@ fn the_first_replica_of_a_shard_down_its_inserts_go_to_the_other_with_quorum_one
     );
     assert!(s.log("ingest.log").contains("a replica could not be reached"), "{}", s.log("ingest.log"));
     services("start-node s1r1");
+    // Back, s1r1 fetches what s1r2 took meanwhile; reads through it
+    // (the Distributed table prefers its local replica) wait for that.
+    let local = local_table(&s.table);
+    wait_for(
+        Duration::from_secs(120),
+        || count(8131, &local) == count(8132, &local),
+        || format!("s1r1 caught up with s1r2: {} of {}", count(8131, &local), count(8132, &local)),
+    );
     recovered(&s, &mut child, &ends, &events);
 }
 
