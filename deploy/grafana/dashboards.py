@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import sys
-import typing
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import dashboard as db
@@ -93,11 +92,6 @@ class SqlQuery(cogbuilder.Builder[cogvariants.Dataquery]):
         return SqlQuery._Query(self.payload)
 
 
-# Each panel: (title, what it answers, its targets). The README's table is
-# built from the same list.
-Panel = tuple[str, str, typing.Any]
-
-
 def promql(expr: str, legend: str, ref_id: str = "A") -> prometheus.Dataquery:
     return prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref_id).datasource(PROMETHEUS)
 
@@ -106,36 +100,35 @@ def promql(expr: str, legend: str, ref_id: str = "A") -> prometheus.Dataquery:
 SEL = 'business_line=~"$business_line",model_version=~"$model_version"'
 
 
-def quantiles(metric: str, unit_note: str) -> list[prometheus.Dataquery]:
+def quantiles(metric: str) -> list[prometheus.Dataquery]:
     return [
         promql(
             f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{SEL}}}[$__rate_interval])))",
-            f"p{int(q * 100)}{unit_note}",
+            f"p{int(q * 100)}",
             ref,
         )
         for q, ref in ((0.5, "A"), (0.95, "B"), (0.99, "C"))
     ]
 
 
-def ts(title: str, description: str, targets: list, unit: str, width: int = 12) -> timeseries.Panel:
-    panel = timeseries.Panel().title(title).description(description).unit(unit).height(8).span(width)
+def with_targets(panel, title: str, description: str, targets: list, height: int, width: int):
+    """`panel` with its title, description, size and queries."""
+    panel = panel.title(title).description(description).height(height).span(width)
     for t in targets:
         panel = panel.with_target(t)
     return panel
+
+
+def ts(title: str, description: str, targets: list, unit: str, width: int = 12) -> timeseries.Panel:
+    return with_targets(timeseries.Panel().unit(unit), title, description, targets, 8, width)
 
 
 def tab(title: str, description: str, targets: list, width: int = 12) -> table.Panel:
-    panel = table.Panel().title(title).description(description).height(8).span(width)
-    for t in targets:
-        panel = panel.with_target(t)
-    return panel
+    return with_targets(table.Panel(), title, description, targets, 8, width)
 
 
 def single(title: str, description: str, targets: list, unit: str, width: int = 6) -> stat.Panel:
-    panel = stat.Panel().title(title).description(description).unit(unit).height(4).span(width).graph_mode(BigValueGraphMode.NONE)
-    for t in targets:
-        panel = panel.with_target(t)
-    return panel
+    return with_targets(stat.Panel().unit(unit).graph_mode(BigValueGraphMode.NONE), title, description, targets, 4, width)
 
 
 def variable(name: str, label: str) -> db.QueryVariable:
@@ -191,10 +184,10 @@ def service() -> db.Dashboard:
         (
             "Latency",
             [
-                ts("Time to first token", "TTFT percentiles from the histogram: what a user waits before text.", quantiles("inferlog_service_time_to_first_token_seconds", ""), "s", 8),
-                ts("Time per output token", "TPOT percentiles: decode speed as a user reads it.", quantiles("inferlog_service_time_per_output_token_seconds", ""), "s", 8),
-                ts("Request duration", "Total latency percentiles.", quantiles("inferlog_service_request_duration_seconds", ""), "s", 8),
-                ts("Queue wait", "Time requests waited for a batch slot: capacity running out shows here first.", quantiles("inferlog_service_queue_seconds", ""), "s", 12),
+                ts("Time to first token", "TTFT percentiles from the histogram: what a user waits before text.", quantiles("inferlog_service_time_to_first_token_seconds"), "s", 8),
+                ts("Time per output token", "TPOT percentiles: decode speed as a user reads it.", quantiles("inferlog_service_time_per_output_token_seconds"), "s", 8),
+                ts("Request duration", "Total latency percentiles.", quantiles("inferlog_service_request_duration_seconds"), "s", 8),
+                ts("Queue wait", "Time requests waited for a batch slot: capacity running out shows here first.", quantiles("inferlog_service_queue_seconds"), "s", 12),
                 ts(
                     "GPU memory peak by model (hot tier)",
                     "Highest GPU memory a request of each model reported, per hour, from the hot table (ingest exports no GPU gauge).",

@@ -299,8 +299,8 @@ impl ClickHouseSink {
         if replicas.clients.len() < 2 || !matches!(source, clickhouse::error::Error::Network(_) | clickhouse::error::Error::TimedOut) {
             return;
         }
-        let until = crate::dlq::now_ms() + PASS_OVER.as_millis() as i64;
-        if replicas.passed_over_until[replica].swap(until, Ordering::Relaxed) <= crate::dlq::now_ms() {
+        let now = crate::dlq::now_ms();
+        if replicas.passed_over_until[replica].swap(now + PASS_OVER.as_millis() as i64, Ordering::Relaxed) <= now {
             tracing::warn!(
                 shard = shard + 1,
                 replica = replica + 1,

@@ -31,7 +31,7 @@ pub struct Query {
 }
 
 /// Every query of `board`, in panel order.
-pub fn queries(board: &str) -> Vec<Query> {
+fn queries(board: &str) -> Vec<Query> {
     let path = repo_root().join(format!("deploy/grafana/dashboards/{board}.json"));
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("a board")).expect("the board's JSON");
     let mut out = Vec::new();

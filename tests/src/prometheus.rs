@@ -38,20 +38,15 @@ impl Drop for Target {
     }
 }
 
-/// `GET /api/v1/<path>` with form parameters: the answer, whatever its status.
-pub fn api_answer(path: &str, params: &[(&str, &str)]) -> Value {
+/// `GET /api/v1/<path>` with form parameters; the `data` of the answer.
+pub fn api(path: &str, params: &[(&str, &str)]) -> Value {
     let mut cmd = Command::new("curl");
     cmd.args(["-sS", "-G", &format!("{}/api/v1/{path}", url())]);
     for (k, v) in params {
         cmd.args(["--data-urlencode", &format!("{k}={v}")]);
     }
     let out = cmd.output().expect("curl");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-/// `GET /api/v1/<path>` with form parameters; the `data` of the answer.
-pub fn api(path: &str, params: &[(&str, &str)]) -> Value {
-    let answer = api_answer(path, params);
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
     assert_eq!(answer["status"], "success", "{path} {params:?}: {answer}");
     answer["data"].clone()
 }

@@ -214,17 +214,7 @@ fn a_replica_killed_mid_ingest_holds_back_its_shards_commits_and_nothing_is_lost
     let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     cluster_up();
     let s = cluster_scenario("clkill");
-    let events = inferlog_tests::generate(40_000, 0.01, 3131, 3);
-    let (first, second) = events.split_at(20_000);
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), first));
-
-    let mut child = s.spawn_ingest(None, "ingest.log");
-    wait_for(Duration::from_secs(120), || count(8131, &s.table) >= 4_000, || s.log("ingest.log"));
-    let _restart = OnDrop("start-node s1r2");
-    services("kill-node s1r2");
-    let second_dir = tempfile::tempdir().expect("tempdir");
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(second_dir.path(), second));
-    let ends = log_ends(&s.topic);
+    let Faulted { mut child, events, ends, _repair } = half_then(&s, 3131, "kill-node s1r2", "start-node s1r2");
     wait_for(
         Duration::from_secs(120),
         || s.log("ingest.log").contains("quorum"),
@@ -259,17 +249,7 @@ fn the_first_replica_of_a_shard_down_its_inserts_go_to_the_other_with_quorum_one
         1,
     );
     std::fs::write(&s.config, config).expect("config");
-    let events = inferlog_tests::generate(40_000, 0.01, 3333, 3);
-    let (first, second) = events.split_at(20_000);
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), first));
-
-    let mut child = s.spawn_ingest(None, "ingest.log");
-    wait_for(Duration::from_secs(120), || count(8131, &s.table) >= 4_000, || s.log("ingest.log"));
-    let _restart = OnDrop("start-node s1r1");
-    services("kill-node s1r1");
-    let second_dir = tempfile::tempdir().expect("tempdir");
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(second_dir.path(), second));
-    let ends = log_ends(&s.topic);
+    let Faulted { mut child, events, ends, _repair } = half_then(&s, 3333, "kill-node s1r1", "start-node s1r1");
     wait_for(
         Duration::from_secs(240),
         || committed(&s.topic, &s.group) == ends,
@@ -286,6 +266,33 @@ fn the_first_replica_of_a_shard_down_its_inserts_go_to_the_other_with_quorum_one
         || format!("s1r1 caught up with s1r2: {} of {}", count(8131, &local), count(8132, &local)),
     );
     recovered(&s, &mut child, &ends, &events);
+}
+
+/// A run through a fault, as [`half_then`] leaves it.
+struct Faulted {
+    child: std::process::Child,
+    events: Vec<inferlog_schema::generate::GeneratedEvent>,
+    /// The partitions' log ends once every event is produced.
+    ends: Vec<i64>,
+    /// Undoes the fault when dropped (a test that fails leaves no node down).
+    _repair: OnDrop,
+}
+
+/// 40,000 events of `seed`: the first half produced and partly stored by
+/// a spawned ingest (logging to `ingest.log`), then `fault` (a
+/// `services.sh` action, undone by `repair`) while the second half arrives.
+fn half_then(s: &Scenario, seed: u64, fault: &'static str, repair: &'static str) -> Faulted {
+    let events = inferlog_tests::generate(40_000, 0.01, seed, 3);
+    let (first, second) = events.split_at(20_000);
+    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), first));
+    let child = s.spawn_ingest(None, "ingest.log");
+    wait_for(Duration::from_secs(120), || count(8131, &s.table) >= 4_000, || s.log("ingest.log"));
+    let repair = OnDrop(repair);
+    services(fault);
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(second_dir.path(), second));
+    let ends = log_ends(&s.topic);
+    Faulted { child, events, ends, _repair: repair }
 }
 
 /// After a fault is undone: ingest (`child`, logging to `ingest.log`)
@@ -445,16 +452,7 @@ fn released_days_are_gone_from_every_replica_and_the_audit_checks_each() {
 fn ingest_through(name: &str, fault: &'static str, repair: &'static str, hold: Duration) -> u64 {
     cluster_up();
     let s = cluster_scenario(name);
-    let events = inferlog_tests::generate(40_000, 0.01, 3232, 3);
-    let (first, second) = events.split_at(20_000);
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(s.dir.path(), first));
-    let mut child = s.spawn_ingest(None, "ingest.log");
-    wait_for(Duration::from_secs(120), || count(8131, &s.table) >= 4_000, || s.log("ingest.log"));
-    let _repair = OnDrop(repair);
-    services(fault);
-    let second_dir = tempfile::tempdir().expect("tempdir");
-    inferlog_tests::produce(&s.topic, &inferlog_tests::write_jsonl(second_dir.path(), second));
-    let ends = log_ends(&s.topic);
+    let Faulted { mut child, events, ends, _repair } = half_then(&s, 3232, fault, repair);
     let (started, mut peak) = (std::time::Instant::now(), 0);
     while started.elapsed() < hold {
         std::thread::sleep(Duration::from_millis(500));

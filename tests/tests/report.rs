@@ -65,6 +65,12 @@ fn notes_of(doc: &Value) -> Vec<&str> {
     doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect()
 }
 
+/// A `latency` row's group: (business line, input bucket, output bucket).
+fn latency_group(row: &Value) -> (String, String, String) {
+    let text = |k: &str| row[k].as_str().unwrap_or("").to_owned();
+    (text("business_line"), text("input_bucket"), text("output_bucket"))
+}
+
 fn rows<'a>(doc: &'a Value, table: &str) -> &'a Vec<Value> {
     doc["tables"][table]["rows"].as_array().unwrap_or_else(|| panic!("no table {table}: {doc}"))
 }
@@ -168,11 +174,7 @@ fn views_over_both_tiers_equal_independent_figures() {
     let latency = rows(&doc, "latency");
     assert_eq!(latency.len(), groups.len(), "one row per business line x input x output bucket");
     for row in latency {
-        let key = (
-            row["business_line"].as_str().unwrap_or("").to_owned(),
-            row["input_bucket"].as_str().unwrap_or("").to_owned(),
-            row["output_bucket"].as_str().unwrap_or("").to_owned(),
-        );
+        let key = latency_group(row);
         let values = groups.get_mut(&key).unwrap_or_else(|| panic!("unexpected group {key:?}"));
         assert_eq!(row["requests"], values.len(), "{key:?}");
         within_1pct(f(&row["total_p99_ms"]), exact(values, 0.99), &format!("{key:?} total p99"));
@@ -1142,11 +1144,7 @@ fn the_boards_sql_answers_what_the_report_answers_on_both_clickhouses() {
     let latency = rows(&doc, "latency");
     assert_eq!(latency.len(), got.len(), "the report's groups");
     for row in latency {
-        let key = (
-            row["business_line"].as_str().unwrap_or("").to_owned(),
-            row["input_bucket"].as_str().unwrap_or("").to_owned(),
-            row["output_bucket"].as_str().unwrap_or("").to_owned(),
-        );
+        let key = latency_group(row);
         let (requests, p99) = got[&key];
         assert_eq!(row["requests"], requests, "{key:?}");
         within_1pct(f(&row["total_p99_ms"]), p99, &format!("{key:?} p99, report against the board"));
