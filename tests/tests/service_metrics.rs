@@ -80,6 +80,17 @@ fn produce_events(s: &Scenario, name: &str, events: &[Event]) {
     produce(&s.topic, &file);
 }
 
+/// A ClickHouse query's (business line, number) rows, collected.
+fn by_line<C: FromIterator<(String, f64)>>(sql: &str) -> C {
+    clickhouse(sql)
+        .lines()
+        .map(|l| {
+            let (line, v) = l.split_once('\t').expect("two columns");
+            (line.to_string(), v.parse().expect("a number"))
+        })
+        .collect()
+}
+
 /// The index of the `le` bucket `v` falls in.
 fn bucket(bounds: &[f64], v: f64) -> usize {
     bounds.partition_point(|b| *b < v)
@@ -142,6 +153,15 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     let total = first.len() + second.len();
     wait_for(Duration::from_secs(180), || count() == total, || format!("{} of {total} rows stored: {}", count(), s.log("ingest.log")));
     wait_for(Duration::from_secs(60), || scraped(total), || format!("Prometheus never scraped {total} rows inserted"));
+    // The consumer-lag gauge is set on librdkafka's statistics interval:
+    // the boards' queries are asked at a scrape that has it, ingest still up.
+    let lag = format!("inferlog_ingest_consumer_lag{{run=\"{run}\"}}");
+    wait_for(
+        Duration::from_secs(60),
+        || !query(&lag, &inferlog_tests::prometheus::now()).is_empty(),
+        || format!("Prometheus never scraped {lag}: {}", s.log("ingest.log")),
+    );
+    let boards_at = inferlog_tests::prometheus::now();
     sigterm(&mut ingest, Duration::from_secs(30));
 
     // The scrape that saw the first phase whole, and the first that saw both.
@@ -192,13 +212,7 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
         let estimates = query(&format!("histogram_quantile(0.99, sum by (business_line, le) ({metric}_bucket{{run=\"{run}\"}}))"), &t1);
         assert_eq!(estimates.len(), LINES.len(), "{metric}: one estimate per line: {estimates:?}");
         let exact: HashMap<String, f64> =
-            clickhouse(&format!("SELECT business_line, quantileExact(0.99)({column}) / 1000 FROM {table} GROUP BY business_line"))
-                .lines()
-                .map(|l| {
-                    let (line, v) = l.split_once('\t').expect("two columns");
-                    (line.to_string(), v.parse().expect("a number"))
-                })
-                .collect();
+            by_line(&format!("SELECT business_line, quantileExact(0.99)({column}) / 1000 FROM {table} GROUP BY business_line"));
         for (labels, estimate) in estimates {
             let line = &labels["business_line"];
             let mut values: Vec<f64> = first.iter().chain(&second).filter(|e| &e.line == line).map(|e| of(e) / 1000.0).collect();
@@ -225,7 +239,7 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     assert_eq!(other, Some(overflowed as f64));
 
     // The Service and Pipeline boards: every PromQL query answers with
-    // series at t1 (a metric or label named wrongly answers nothing).
+    // series while ingest runs (a metric or label named wrongly answers nothing).
     // Two only show what a fault makes: skips of stored offsets (a
     // restart mid-batch) and firing alerts; for those the query must be
     // valid. The requests of each line over [t0, t1], as the Service
@@ -234,7 +248,7 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     let prometheus_queries: Vec<boards::Query> = boards::all_queries().into_iter().filter(|q| q.datasource == boards::PROMETHEUS).collect();
     assert!(prometheus_queries.len() >= 25, "{prometheus_queries:?}");
     for q in &prometheus_queries {
-        let expr = boards::promql(&q.text, "1m", &offset);
+        let expr = boards::promql(&q.text, "1m", "5m");
         // Series the rules record (names with a colon) exist from the
         // rules' first evaluation after the run's samples, which may come
         // after t1: asked at the latest time, until they answer.
@@ -243,7 +257,7 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
             wait_for(Duration::from_secs(30), || !query(&expr, &now()).is_empty(), || format!("{} / {}: no series for {expr}", q.board, q.panel));
             continue;
         }
-        let series = query(&expr, &t1);
+        let series = query(&expr, &boards_at);
         if fault_only.iter().any(|f| expr.contains(f)) {
             continue;
         }
@@ -254,13 +268,7 @@ fn prometheus_scrapes_ingest_and_agrees_with_clickhouse() {
     let got: BTreeMap<String, f64> =
         query(&boards::promql(&this_run, "1m", &offset), &t1).into_iter().map(|(l, v)| (l["business_line"].clone(), v)).collect();
     let want: BTreeMap<String, f64> =
-        clickhouse(&format!("SELECT business_line, count() FROM {table} WHERE startsWith(request_id, 'm-') GROUP BY business_line"))
-            .lines()
-            .map(|l| {
-                let (line, n) = l.split_once('\t').expect("two columns");
-                (line.to_string(), n.parse().expect("a count"))
-            })
-            .collect();
+        by_line(&format!("SELECT business_line, count() FROM {table} WHERE startsWith(request_id, 'm-') GROUP BY business_line"));
     let mut from_events: BTreeMap<String, f64> = BTreeMap::new();
     for e in &second {
         *from_events.entry(e.line.clone()).or_default() += 1.0;
