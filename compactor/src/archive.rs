@@ -25,7 +25,7 @@ use futures_util::future::BoxFuture;
 use inferlog_schema::SCHEMA_VERSION;
 use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::{HotTier, ReadMode};
-use inferlog_store::model::archive::{archive_schema, BatchBuilder, BATCH_ROWS};
+use inferlog_store::model::archive::{archive_schema, column_encodings, BatchBuilder, BATCH_ROWS};
 use inferlog_store::model::fold::DayFold;
 use inferlog_store::model::sample::{Planner, Reason, Rule, Selector, Summary};
 use inferlog_store::model::stored::StoredRow;
@@ -34,10 +34,9 @@ use inferlog_store::{ColdConfig, Day};
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use parquet::arrow::async_writer::{AsyncArrowWriter, AsyncFileWriter};
-use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
+use parquet::file::properties::WriterProperties;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -165,31 +164,8 @@ impl Archiver {
     fn properties(&self, day: Day, part: u32) -> WriterProperties {
         let level = ZstdLevel::try_new(self.config.zstd_level).unwrap_or_default();
         let kv = |k: &str, v: String| KeyValue::new(k.to_owned(), v);
-        let mut builder = WriterProperties::builder();
-        // Encodings by what the columns hold (measured on generated days; see README):
-        // - a unique value per row: no dictionary (it would overflow and fall back anyway);
-        // - times and offsets, sorted or nearly so within a business line and model: deltas;
-        // - measured doubles: byte-stream split, which lets ZSTD find the shared exponent bytes;
-        // - hashed user ids, tens of thousands per day: a dictionary big enough to hold them.
-        // - ids no scan filters by range (random or hashed): no min/max statistics,
-        //   which would cost two string comparisons per value.
-        for column in ["request_id", "session_id"] {
-            builder = builder.set_column_dictionary_enabled(ColumnPath::from(column), false);
-        }
-        for column in ["request_id", "session_id", "user_id_hash"] {
-            builder = builder.set_column_statistics_enabled(ColumnPath::from(column), EnabledStatistics::None);
-        }
-        for column in ["timestamp", "ingested_at", "kafka_offset"] {
-            builder = builder
-                .set_column_dictionary_enabled(ColumnPath::from(column), false)
-                .set_column_encoding(ColumnPath::from(column), Encoding::DELTA_BINARY_PACKED);
-        }
-        for column in ["total_latency_ms", "queue_wait_ms", "prefill_time_ms", "decode_time_ms", "ttft_ms", "tpot_ms", "gpu_mem_peak_mb"] {
-            builder = builder
-                .set_column_dictionary_enabled(ColumnPath::from(column), false)
-                .set_column_encoding(ColumnPath::from(column), Encoding::BYTE_STREAM_SPLIT);
-        }
-        builder = builder.set_column_dictionary_page_size_limit(ColumnPath::from("user_id_hash"), 8 * 1024 * 1024);
+        // Each column's encoding, as `store/hot_row.toml` sets it.
+        let builder = column_encodings(WriterProperties::builder());
         builder
             .set_compression(Compression::ZSTD(level))
             .set_max_row_group_row_count(Some(self.config.row_group_rows))

@@ -4,48 +4,78 @@ of PyPI's `chdb`; ClickHouse 18.16, the local stack's server, has no such
 setting), on this machine's disk.
 
 Inserts ROWS rows as INSERTs of BATCH rows (ingest's batch: one part per
-insert) into a MergeTree shaped like the hot table (32 columns: dates,
-strings, counters, nullable latencies), with and without
+insert) into the hot table as `inferlog-ingest --print-ddl` creates it, with and without
 `fsync_after_insert = 1, fsync_part_directory = 1`, alternating, and prints
 the median time per run and per insert and their ratio as JSON.
 
-  pip install chdb
+  pip install chdb; cargo build --release --bins
   deploy/bench/fsync_bench.py [--rows 1000000] [--batch 100000] [--runs 5]
 """
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import tempfile
 import time
 
 from chdb import session
 
-COLUMNS = """day Date, event_time DateTime, timestamp_ms UInt64, request_id String,
-  business_line LowCardinality(String), model_name LowCardinality(String), model_version LowCardinality(String),
-  input_tokens UInt32, output_tokens UInt32, total_latency_ms Float64, error_code Int32,
-  error_stage Nullable(String), user_id_hash Nullable(String), tenant Nullable(String), session_id Nullable(String),
-  request_type Nullable(String), queue_wait_ms Nullable(Float64), prefill_time_ms Nullable(Float64),
-  decode_time_ms Nullable(Float64), ttft_ms Nullable(Float64), tpot_ms Nullable(Float64), gpu_id Nullable(UInt32),
-  batch_size Nullable(UInt32), cache_hit Nullable(UInt8), cache_prefix_tokens Nullable(UInt32),
-  gpu_mem_peak_mb Nullable(Float64), truncated Nullable(UInt8), schema_version UInt8, kafka_topic String,
-  kafka_partition UInt16, kafka_offset UInt64, ingested_at DateTime"""
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The build whose DDL the bench creates (cargo build --release --bins), or INFERLOG_BIN_DIR.
+BIN = os.environ.get("INFERLOG_BIN_DIR", os.path.join(REPO, "target/release"))
 
-ROW = """toDate('2026-12-01'), toDateTime('2026-12-01 00:00:00') + intDiv(number, 12), 1796000000000 + number,
-  concat('req-', hex(sipHash64(number))), ['search', 'ads', 'support'][number % 3 + 1], 'llama-3.1-70b', ['v1', 'v2'][number % 2 + 1],
-  number % 8000, number % 900, (number % 5000) / 3.0, 0, NULL, concat('k1:', hex(sipHash64(number % 9999))), 'acme',
-  concat('s-', toString(number % 777)), 'chat', (number % 50) / 7.0, (number % 400) / 3.0, (number % 3000) / 3.0,
-  (number % 450) / 3.0, (number % 40) / 3.0, number % 64, number % 32 + 1, number % 2, number % 1024, 40000.0, 0, 1,
-  'inference-events', number % 8, number, toDateTime('2026-12-01 00:00:00')"""
+# The values the bench fills, by column; every other column of the hot table
+# takes its default. The table itself is inferlog's own DDL.
+ROW = {
+    "day": "toDate('2026-12-01')",
+    "event_time": "toDateTime('2026-12-01 00:00:00') + intDiv(number, 12)",
+    "timestamp_ms": "1796000000000 + number",
+    "request_id": "concat('req-', hex(sipHash64(number)))",
+    "business_line": "['search', 'ads', 'support'][number % 3 + 1]",
+    "model_name": "'llama-3.1-70b'",
+    "model_version": "['v1', 'v2'][number % 2 + 1]",
+    "input_tokens": "number % 8000",
+    "output_tokens": "number % 900",
+    "total_latency_ms": "(number % 5000) / 3.0",
+    "error_code": "0",
+    "user_id_hash": "concat('k1:', hex(sipHash64(number % 9999)))",
+    "tenant": "'acme'",
+    "session_id": "concat('s-', toString(number % 777))",
+    "request_type": "'chat'",
+    "queue_wait_ms": "(number % 50) / 7.0",
+    "prefill_time_ms": "(number % 400) / 3.0",
+    "decode_time_ms": "(number % 3000) / 3.0",
+    "ttft_ms": "(number % 450) / 3.0",
+    "tpot_ms": "(number % 40) / 3.0",
+    "gpu_id": "number % 64",
+    "batch_size": "number % 32 + 1",
+    "cache_hit": "number % 2",
+    "cache_prefix_tokens": "number % 1024",
+    "gpu_mem_peak_mb": "40000.0",
+    "truncated": "0",
+    "schema_version": "1",
+    "kafka_topic": "'inference-events'",
+    "kafka_partition": "number % 8",
+    "kafka_offset": "number",
+    "ingested_at": "toDateTime('2026-12-01 00:00:00')",
+}
+
+
+def hot_ddl(table):
+    """The hot table's CREATE TABLE as inferlog creates it on a current server."""
+    return subprocess.run([os.path.join(BIN, "inferlog-ingest"), "--print-ddl", f"b.{table}", "--server-version", "24.8"],
+                          check=True, capture_output=True, text=True).stdout
 
 
 def run(sess, table, rows, batch, fsync):
     settings = "\nSETTINGS fsync_after_insert = 1, fsync_part_directory = 1" if fsync else ""
     sess.query(f"DROP TABLE IF EXISTS b.{table}")
-    sess.query(f"CREATE TABLE b.{table} ({COLUMNS}) ENGINE = ReplacingMergeTree() PARTITION BY day "
-               f"ORDER BY (business_line, model_name, model_version, event_time, request_id){settings}")
+    sess.query(hot_ddl(table) + settings)
+    columns, values = ", ".join(ROW), ", ".join(ROW.values())
     started = time.perf_counter()
     for first in range(0, rows, batch):
-        sess.query(f"INSERT INTO b.{table} SELECT {ROW} FROM numbers({first}, {batch})")
+        sess.query(f"INSERT INTO b.{table} ({columns}) SELECT {values} FROM numbers({first}, {batch})")
     elapsed = time.perf_counter() - started
     sess.query(f"DROP TABLE b.{table}")
     return elapsed

@@ -4,6 +4,9 @@
 //! credentials, rights, a drifted table, a missing DLQ), 75 on transient
 //! ones that outlasted their wait, 70 when a task panicked (a bug).
 //!
+//! `inferlog-ingest --print-ddl DATABASE.TABLE [--server-version 24.8]`:
+//! the hot table's `CREATE TABLE` (stdout), what the benches create.
+//!
 //! `inferlog-ingest --config FILE dlq inspect [--from T] [--to T] [--format
 //! text|json]`: what the DLQ holds (stdout). Exit 0, 1 when its oldest
 //! message is older than the hot policy, 2 or 75 as above.
@@ -29,8 +32,15 @@ use inferlog_schema::error::exit;
 #[command(name = "inferlog-ingest", version, about = "Kafka to ClickHouse, exactly once; rejects to the DLQ")]
 struct Cli {
     /// inferlog config file (TOML); INFERLOG_<TABLE>__<KEY> variables override it.
-    #[arg(long, env = "INFERLOG_CONFIG", value_name = "FILE")]
-    config: PathBuf,
+    #[arg(long, env = "INFERLOG_CONFIG", value_name = "FILE", required_unless_present = "print_ddl")]
+    config: Option<PathBuf>,
+    /// Print the hot table's `CREATE TABLE` as `DATABASE.TABLE` and exit,
+    /// for a server of `--server-version` (what the benches create).
+    #[arg(long, value_name = "DATABASE.TABLE")]
+    print_ddl: Option<String>,
+    /// With --print-ddl: the server's version, MAJOR.MINOR.
+    #[arg(long, value_name = "MAJOR.MINOR", default_value = "24.8", value_parser = parse_version, requires = "print_ddl")]
+    server_version: (u32, u32),
     /// Drain the topics, commit and exit after this long without new messages
     /// and with every assigned partition read to its high watermark (e.g. "10s").
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -96,6 +106,13 @@ enum DlqAction {
 enum Format {
     Text,
     Json,
+}
+
+/// `MAJOR.MINOR` as numbers.
+fn parse_version(text: &str) -> Result<(u32, u32), String> {
+    let (major, minor) = text.split_once('.').ok_or_else(|| format!("{text:?} is not MAJOR.MINOR"))?;
+    let number = |n: &str| n.parse::<u32>().map_err(|_| format!("{text:?} is not MAJOR.MINOR"));
+    Ok((number(major)?, number(minor)?))
 }
 
 /// `YYYY-MM-DD` (its UTC midnight) or an RFC 3339 time, as epoch ms.
@@ -166,7 +183,19 @@ fn main() -> ExitCode {
         tracing::error!(error = %e, "refusing to start");
         return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
     }
-    let config = match Config::load(&cli.config) {
+    if let Some(name) = &cli.print_ddl {
+        let Some((database, table)) = name.split_once('.') else {
+            tracing::error!(name, "--print-ddl takes DATABASE.TABLE");
+            return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
+        };
+        inferlog_store::cli::print_stdout(&format!("{}\n", inferlog_store::model::tables::HOT.ddl(database, table, cli.server_version)));
+        return ExitCode::SUCCESS;
+    }
+    let Some(path) = &cli.config else {
+        tracing::error!("--config (or INFERLOG_CONFIG) is required");
+        return ExitCode::from(inferlog_schema::error::exit::PERMANENT);
+    };
+    let config = match Config::load(path) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "invalid configuration");
@@ -229,4 +258,20 @@ fn main() -> ExitCode {
     // the exit past the shutdown budget.
     runtime.shutdown_timeout(Duration::from_secs(1));
     ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_consistent_and_print_ddl_needs_no_config() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["inferlog-ingest", "--print-ddl", "b.t", "--server-version", "18.16"]).expect("no --config needed");
+        assert_eq!((cli.print_ddl.as_deref(), cli.server_version), (Some("b.t"), (18, 16)));
+        assert!(Cli::try_parse_from(["inferlog-ingest", "--server-version", "18.16"]).is_err(), "--server-version only with --print-ddl");
+        assert!(Cli::try_parse_from(["inferlog-ingest", "--print-ddl", "b.t", "--server-version", "18"]).is_err());
+    }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
+use crate::model::keep_field::{FieldKind, KeepField};
 use crate::policy::Policy;
 
 /// Reads a secret from `env`, else from `file`, else none.
@@ -755,80 +756,6 @@ pub enum ConditionValue {
     Bool(bool),
     Number(f64),
     Text(String),
-}
-
-/// A field a [`Condition`] may name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeepField {
-    InputTokens,
-    OutputTokens,
-    TotalLatencyMs,
-    ErrorCode,
-    QueueWaitMs,
-    PrefillTimeMs,
-    DecodeTimeMs,
-    TtftMs,
-    TpotMs,
-    GpuId,
-    BatchSize,
-    CachePrefixTokens,
-    GpuMemPeakMb,
-    CacheHit,
-    Truncated,
-    BusinessLine,
-    ModelName,
-    ModelVersion,
-    RequestType,
-    Tenant,
-    ErrorStage,
-}
-
-impl KeepField {
-    pub fn parse(name: &str) -> Option<KeepField> {
-        use KeepField::*;
-        Some(match name {
-            "input_tokens" => InputTokens,
-            "output_tokens" => OutputTokens,
-            "total_latency_ms" => TotalLatencyMs,
-            "error_code" => ErrorCode,
-            "queue_wait_ms" => QueueWaitMs,
-            "prefill_time_ms" => PrefillTimeMs,
-            "decode_time_ms" => DecodeTimeMs,
-            "ttft_ms" => TtftMs,
-            "tpot_ms" => TpotMs,
-            "gpu_id" => GpuId,
-            "batch_size" => BatchSize,
-            "cache_prefix_tokens" => CachePrefixTokens,
-            "gpu_mem_peak_mb" => GpuMemPeakMb,
-            "cache_hit" => CacheHit,
-            "truncated" => Truncated,
-            "business_line" => BusinessLine,
-            "model_name" => ModelName,
-            "model_version" => ModelVersion,
-            "request_type" => RequestType,
-            "tenant" => Tenant,
-            "error_stage" => ErrorStage,
-            _ => return None,
-        })
-    }
-
-    /// The kind of value the field holds.
-    pub fn kind(self) -> FieldKind {
-        use KeepField::*;
-        match self {
-            CacheHit | Truncated => FieldKind::Bool,
-            BusinessLine | ModelName | ModelVersion | RequestType | Tenant | ErrorStage => FieldKind::Text,
-            _ => FieldKind::Number,
-        }
-    }
-}
-
-/// Numbers compare with any op; true/false and text with eq and ne.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldKind {
-    Number,
-    Bool,
-    Text,
 }
 
 /// The reasons the compactor gives itself.

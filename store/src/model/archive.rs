@@ -42,6 +42,8 @@ use std::sync::Arc;
 use arrow_array::builder::{BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use parquet::file::properties::{EnabledStatistics, WriterPropertiesBuilder};
+use parquet::schema::types::ColumnPath;
 
 use crate::model::sample::Reason;
 use crate::model::stored::{FoldRow, StoredRow};
@@ -49,47 +51,15 @@ use crate::model::stored::{FoldRow, StoredRow};
 /// Rows per Arrow batch: what the archive's reader hands its encoder.
 pub const BATCH_ROWS: usize = 32_768;
 
-/// The Arrow schema of an archive object (see the module doc).
+include!(concat!(env!("OUT_DIR"), "/archive_columns.rs"));
+
+/// The Arrow schema of an archive object (see the module doc): the hot
+/// row's columns as `store/hot_row.toml` lists them, then the sample's.
 pub fn archive_schema() -> SchemaRef {
-    let utc = || DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
-    let f = Field::new;
-    Arc::new(Schema::new(vec![
-        f("timestamp", utc(), false),
-        f("request_id", DataType::Utf8, false),
-        f("business_line", DataType::Utf8, false),
-        f("model_name", DataType::Utf8, false),
-        f("model_version", DataType::Utf8, false),
-        f("input_tokens", DataType::Int64, false),
-        f("output_tokens", DataType::Int64, false),
-        f("total_latency_ms", DataType::Float64, false),
-        f("error_code", DataType::Int32, false),
-        f("error_stage", DataType::Utf8, true),
-        f("user_id_hash", DataType::Utf8, true),
-        f("tenant", DataType::Utf8, true),
-        f("session_id", DataType::Utf8, true),
-        f("request_type", DataType::Utf8, true),
-        f("queue_wait_ms", DataType::Float64, true),
-        f("prefill_time_ms", DataType::Float64, true),
-        f("decode_time_ms", DataType::Float64, true),
-        f("ttft_ms", DataType::Float64, true),
-        f("tpot_ms", DataType::Float64, true),
-        f("gpu_id", DataType::Int64, true),
-        f("batch_size", DataType::Int64, true),
-        f("cache_hit", DataType::Boolean, true),
-        f("cache_prefix_tokens", DataType::Int64, true),
-        f("gpu_mem_peak_mb", DataType::Float64, true),
-        f("truncated", DataType::Boolean, true),
-        f("prompt_hash", DataType::Utf8, true),
-        f("max_tokens", DataType::Int64, true),
-        f("schema_version", DataType::Int32, false),
-        f("kafka_topic", DataType::Utf8, false),
-        f("kafka_partition", DataType::Int32, false),
-        f("kafka_offset", DataType::Int64, false),
-        f("kafka_index", DataType::Int64, false),
-        f("ingested_at", utc(), false),
-        f("sample_weight", DataType::Int64, false),
-        f("sample_reason", DataType::Utf8, false),
-    ]))
+    let mut fields = hot_fields();
+    fields.push(Field::new("sample_weight", DataType::Int64, false));
+    fields.push(Field::new("sample_reason", DataType::Utf8, false));
+    Arc::new(Schema::new(fields))
 }
 
 /// The columns the sampled archive adds after the hot table's.
@@ -97,7 +67,8 @@ pub const SAMPLE_COLUMNS: [&str; 2] = ["sample_weight", "sample_reason"];
 
 /// `batch` in the archive schema: a batch of an object written before a
 /// column existed gets it with its default (`sample_weight` 1,
-/// `sample_reason` `all`, `kafka_index` 0, `prompt_hash` and `max_tokens` null).
+/// `sample_reason` `all`, a hot column added later as its older rows read:
+/// `kafka_index` 0, `prompt_hash` and `max_tokens` null).
 pub fn in_current_schema(batch: RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let schema = archive_schema();
     if batch.schema() == schema {
@@ -111,42 +82,59 @@ pub fn in_current_schema(batch: RecordBatch) -> Result<RecordBatch, arrow_schema
             (Some(column), _) => Ok(column.clone()),
             (None, "sample_weight") => Ok(Arc::new(arrow_array::Int64Array::from(vec![1; rows])) as ArrayRef),
             (None, "sample_reason") => Ok(Arc::new(arrow_array::StringArray::from(vec![Reason::All.as_str(); rows])) as ArrayRef),
-            (None, "kafka_index") => Ok(Arc::new(arrow_array::Int64Array::from(vec![0; rows])) as ArrayRef),
-            (None, "prompt_hash") => Ok(arrow_array::new_null_array(&DataType::Utf8, rows)),
-            (None, "max_tokens") => Ok(arrow_array::new_null_array(&DataType::Int64, rows)),
-            (None, name) => Err(arrow_schema::ArrowError::SchemaError(format!("the archive object has no column {name}"))),
+            (None, name) => {
+                added_default(name, rows).ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("the archive object has no column {name}")))
+            }
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema, columns)
 }
 
-/// Text columns of the archive schema.
-const TEXT_COLUMNS: usize = 11;
+/// How a column is encoded in Parquet, by what it holds (measured on
+/// generated days; see the compactor's README). Each column's is set in
+/// `store/hot_row.toml` ([`ENCODINGS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// A value unique per row (request and session ids): no dictionary (it
+    /// would overflow and fall back anyway), and no min/max statistics,
+    /// which no scan filters by and which cost two string comparisons per value.
+    Unique,
+    /// Hashed ids, tens of thousands per day: no statistics, and a
+    /// dictionary big enough to hold them.
+    Hashed,
+    /// Times and offsets, sorted or nearly so within a business line and model: deltas.
+    Delta,
+    /// Measured doubles: byte-stream split, which lets ZSTD find the shared exponent bytes.
+    Split,
+}
+
+/// `builder` with each column's [`Encoding`].
+pub fn column_encodings(mut builder: WriterPropertiesBuilder) -> WriterPropertiesBuilder {
+    for (name, encoding) in ENCODINGS {
+        let column = || ColumnPath::from(*name);
+        builder = match encoding {
+            Encoding::Unique => {
+                builder.set_column_dictionary_enabled(column(), false).set_column_statistics_enabled(column(), EnabledStatistics::None)
+            }
+            Encoding::Hashed => builder
+                .set_column_statistics_enabled(column(), EnabledStatistics::None)
+                .set_column_dictionary_page_size_limit(column(), 8 * 1024 * 1024),
+            Encoding::Delta => {
+                builder.set_column_dictionary_enabled(column(), false).set_column_encoding(column(), parquet::basic::Encoding::DELTA_BINARY_PACKED)
+            }
+            Encoding::Split => {
+                builder.set_column_dictionary_enabled(column(), false).set_column_encoding(column(), parquet::basic::Encoding::BYTE_STREAM_SPLIT)
+            }
+        };
+    }
+    builder
+}
 
 /// Column builders for one batch of [`StoredRow`]s.
 #[derive(Debug)]
 pub struct BatchBuilder {
     schema: SchemaRef,
-    timestamp: TimestampMillisecondBuilder,
-    text: [StringBuilder; 4],
-    tokens: [Int64Builder; 2],
-    total_latency_ms: Float64Builder,
-    error_code: Int32Builder,
-    optional_text: [StringBuilder; 5],
-    stages: [Float64Builder; 5],
-    optional_ints: [Int64Builder; 2],
-    cache_hit: BooleanBuilder,
-    cache_prefix_tokens: Int64Builder,
-    gpu_mem_peak_mb: Float64Builder,
-    truncated: BooleanBuilder,
-    prompt_hash: StringBuilder,
-    max_tokens: Int64Builder,
-    schema_version: Int32Builder,
-    kafka_topic: StringBuilder,
-    kafka_partition: Int32Builder,
-    kafka_offset: Int64Builder,
-    kafka_index: Int64Builder,
-    ingested_at: TimestampMillisecondBuilder,
+    hot: HotBuilders,
     sample_weight: Int64Builder,
     sample_reason: StringBuilder,
     rows: usize,
@@ -154,41 +142,17 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     pub fn new(schema: SchemaRef) -> BatchBuilder {
-        BatchBuilder::with_text_bytes(schema, [BATCH_ROWS * 24; TEXT_COLUMNS])
+        BatchBuilder::with_text_bytes(schema, [BATCH_ROWS * 24; HOT_TEXT_COLUMNS])
     }
 
     /// Builders whose text columns start with room for `text_bytes` bytes
-    /// each (in [`BatchBuilder::text_builders`] order), so a batch like the
-    /// last one fills them without reallocating.
-    fn with_text_bytes(schema: SchemaRef, text_bytes: [usize; TEXT_COLUMNS]) -> BatchBuilder {
-        let ts = || TimestampMillisecondBuilder::with_capacity(BATCH_ROWS).with_timezone("UTC");
-        let mut bytes = text_bytes.into_iter();
-        let mut text = || StringBuilder::with_capacity(BATCH_ROWS, bytes.next().unwrap_or(BATCH_ROWS * 24));
-        let float = || Float64Builder::with_capacity(BATCH_ROWS);
-        let int = || Int64Builder::with_capacity(BATCH_ROWS);
+    /// each (in column order), so a batch like the last one fills them
+    /// without reallocating.
+    fn with_text_bytes(schema: SchemaRef, text_bytes: [usize; HOT_TEXT_COLUMNS]) -> BatchBuilder {
         BatchBuilder {
             schema,
-            timestamp: ts(),
-            text: [text(), text(), text(), text()],
-            tokens: [int(), int()],
-            total_latency_ms: float(),
-            error_code: Int32Builder::with_capacity(BATCH_ROWS),
-            optional_text: [text(), text(), text(), text(), text()],
-            stages: [float(), float(), float(), float(), float()],
-            optional_ints: [int(), int()],
-            cache_hit: BooleanBuilder::with_capacity(BATCH_ROWS),
-            cache_prefix_tokens: int(),
-            gpu_mem_peak_mb: float(),
-            truncated: BooleanBuilder::with_capacity(BATCH_ROWS),
-            prompt_hash: text(),
-            max_tokens: int(),
-            schema_version: Int32Builder::with_capacity(BATCH_ROWS),
-            kafka_topic: text(),
-            kafka_partition: Int32Builder::with_capacity(BATCH_ROWS),
-            kafka_offset: int(),
-            kafka_index: int(),
-            ingested_at: ts(),
-            sample_weight: int(),
+            hot: HotBuilders::new(text_bytes),
+            sample_weight: Int64Builder::with_capacity(BATCH_ROWS),
             sample_reason: StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 8),
             rows: 0,
         }
@@ -196,34 +160,7 @@ impl BatchBuilder {
 
     /// Appends a row kept for `reason`, standing for `weight` rows of its day.
     pub fn append(&mut self, r: &StoredRow<'_>, reason: Reason, weight: u64) {
-        self.timestamp.append_value(r.timestamp_ms as i64);
-        for (b, v) in self.text.iter_mut().zip([r.request_id, r.business_line, r.model_name, r.model_version]) {
-            b.append_value(v);
-        }
-        self.tokens[0].append_value(i64::from(r.input_tokens));
-        self.tokens[1].append_value(i64::from(r.output_tokens));
-        self.total_latency_ms.append_value(r.total_latency_ms);
-        self.error_code.append_value(r.error_code);
-        for (b, v) in self.optional_text.iter_mut().zip([r.error_stage, r.user_id_hash, r.tenant, r.session_id, r.request_type]) {
-            b.append_option(v);
-        }
-        for (b, v) in self.stages.iter_mut().zip([r.queue_wait_ms, r.prefill_time_ms, r.decode_time_ms, r.ttft_ms, r.tpot_ms]) {
-            b.append_option(v);
-        }
-        self.optional_ints[0].append_option(r.gpu_id.map(i64::from));
-        self.optional_ints[1].append_option(r.batch_size.map(i64::from));
-        self.cache_hit.append_option(r.cache_hit.map(|v| v != 0));
-        self.cache_prefix_tokens.append_option(r.cache_prefix_tokens.map(i64::from));
-        self.gpu_mem_peak_mb.append_option(r.gpu_mem_peak_mb);
-        self.truncated.append_option(r.truncated.map(|v| v != 0));
-        self.prompt_hash.append_option(r.prompt_hash);
-        self.max_tokens.append_option(r.max_tokens.map(i64::from));
-        self.schema_version.append_value(i32::from(r.schema_version));
-        self.kafka_topic.append_value(r.kafka_topic);
-        self.kafka_partition.append_value(i32::from(r.kafka_partition));
-        self.kafka_offset.append_value(r.kafka_offset as i64);
-        self.kafka_index.append_value(i64::from(r.kafka_index));
-        self.ingested_at.append_value(i64::from(r.ingested_at) * 1000);
+        self.hot.append(r);
         self.sample_weight.append_value(weight as i64);
         self.sample_reason.append_value(reason.as_str());
         self.rows += 1;
@@ -234,46 +171,16 @@ impl BatchBuilder {
         self.rows
     }
 
-    fn text_builders(&self) -> impl Iterator<Item = &StringBuilder> {
-        self.text.iter().chain(&self.optional_text).chain([&self.prompt_hash, &self.kafka_topic])
-    }
-
     /// The batch so far; the builder starts again, sized like this batch
     /// (arrow's `finish` hands its buffers over and leaves empty ones).
     pub fn finish(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let mut text_bytes = [0; TEXT_COLUMNS];
-        for (size, builder) in text_bytes.iter_mut().zip(self.text_builders()) {
-            *size = builder.values_slice().len() + builder.values_slice().len() / 8;
-        }
+        let text_bytes = self.hot.text_bytes().map(|bytes| bytes + bytes / 8);
         let mut full = std::mem::replace(self, BatchBuilder::with_text_bytes(self.schema.clone(), text_bytes));
-        full.take_columns()
-    }
-
-    fn take_columns(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(32);
-        columns.push(Arc::new(self.timestamp.finish()));
-        columns.extend(self.text.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
-        columns.extend(self.tokens.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
-        columns.push(Arc::new(self.total_latency_ms.finish()));
-        columns.push(Arc::new(self.error_code.finish()));
-        columns.extend(self.optional_text.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
-        columns.extend(self.stages.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
-        columns.extend(self.optional_ints.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
-        columns.push(Arc::new(self.cache_hit.finish()));
-        columns.push(Arc::new(self.cache_prefix_tokens.finish()));
-        columns.push(Arc::new(self.gpu_mem_peak_mb.finish()));
-        columns.push(Arc::new(self.truncated.finish()));
-        columns.push(Arc::new(self.prompt_hash.finish()));
-        columns.push(Arc::new(self.max_tokens.finish()));
-        columns.push(Arc::new(self.schema_version.finish()));
-        columns.push(Arc::new(self.kafka_topic.finish()));
-        columns.push(Arc::new(self.kafka_partition.finish()));
-        columns.push(Arc::new(self.kafka_offset.finish()));
-        columns.push(Arc::new(self.kafka_index.finish()));
-        columns.push(Arc::new(self.ingested_at.finish()));
-        columns.push(Arc::new(self.sample_weight.finish()));
-        columns.push(Arc::new(self.sample_reason.finish()));
-        RecordBatch::try_new(self.schema.clone(), columns)
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(full.schema.fields().len());
+        full.hot.finish(&mut columns);
+        columns.push(Arc::new(full.sample_weight.finish()));
+        columns.push(Arc::new(full.sample_reason.finish()));
+        RecordBatch::try_new(full.schema.clone(), columns)
     }
 }
 
@@ -281,65 +188,16 @@ impl BatchBuilder {
 /// [`in_current_schema`]) as the fold reads it, and its `sample_weight`.
 pub fn fold_rows(batch: &RecordBatch, mut f: impl FnMut(&FoldRow<'_>, u64)) -> Result<(), arrow_schema::ArrowError> {
     use arrow_array::cast::AsArray;
-    use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampMillisecondType};
-    use arrow_array::Array;
-    let column =
-        |name: &str| batch.column_by_name(name).ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("the archive has no column {name}")));
-    let text = |name| column(name).and_then(|c| c.as_string_opt::<i32>().ok_or_else(|| kind(name)));
-    let int64 = |name| column(name).and_then(|c| c.as_primitive_opt::<Int64Type>().ok_or_else(|| kind(name)));
-    let float = |name| column(name).and_then(|c| c.as_primitive_opt::<Float64Type>().ok_or_else(|| kind(name)));
-    let flag = |name| column(name).and_then(|c| c.as_boolean_opt().ok_or_else(|| kind(name)));
-    let time = column("timestamp")?.as_primitive_opt::<TimestampMillisecondType>().ok_or_else(|| kind("timestamp"))?;
-    let (line, model, version, stage, user) =
-        (text("business_line")?, text("model_name")?, text("model_version")?, text("error_stage")?, text("user_id_hash")?);
-    let (request_type, prompt, max_tokens) = (text("request_type")?, text("prompt_hash")?, int64("max_tokens")?);
-    let (input, output, prefix, weight) = (int64("input_tokens")?, int64("output_tokens")?, int64("cache_prefix_tokens")?, int64("sample_weight")?);
-    let gpu = int64("gpu_id")?;
-    let code = column("error_code")?.as_primitive_opt::<Int32Type>().ok_or_else(|| kind("error_code"))?;
-    let (total, queue, prefill, decode, ttft, tpot, gpu_mem) = (
-        float("total_latency_ms")?,
-        float("queue_wait_ms")?,
-        float("prefill_time_ms")?,
-        float("decode_time_ms")?,
-        float("ttft_ms")?,
-        float("tpot_ms")?,
-        float("gpu_mem_peak_mb")?,
-    );
-    let cache_hit = flag("cache_hit")?;
-    let opt_f = |a: &arrow_array::Float64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+    let columns = FoldColumns::of(batch)?;
+    let weight = column(batch, "sample_weight")?.as_primitive_opt::<arrow_array::types::Int64Type>().ok_or_else(|| kind("sample_weight"))?;
     for i in 0..batch.num_rows() {
-        let row = FoldRow {
-            timestamp_ms: time.value(i) as u64,
-            business_line: line.value(i),
-            model_name: model.value(i),
-            model_version: version.value(i),
-            input_tokens: input.value(i) as u32,
-            output_tokens: output.value(i) as u32,
-            total_latency_ms: total.value(i),
-            error_code: code.value(i),
-            error_stage: opt_str(stage, i),
-            user_id_hash: opt_str(user, i),
-            request_type: opt_str(request_type, i),
-            queue_wait_ms: opt_f(queue, i),
-            prefill_time_ms: opt_f(prefill, i),
-            decode_time_ms: opt_f(decode, i),
-            ttft_ms: opt_f(ttft, i),
-            tpot_ms: opt_f(tpot, i),
-            gpu_id: gpu.is_valid(i).then(|| gpu.value(i) as u32),
-            cache_hit: cache_hit.is_valid(i).then(|| u8::from(cache_hit.value(i))),
-            cache_prefix_tokens: prefix.is_valid(i).then(|| prefix.value(i) as u32),
-            gpu_mem_peak_mb: opt_f(gpu_mem, i),
-            prompt_hash: opt_str(prompt, i),
-            max_tokens: max_tokens.is_valid(i).then(|| max_tokens.value(i) as u32),
-        };
-        f(&row, weight.value(i).max(0) as u64);
+        f(&columns.row(i), weight.value(i).max(0) as u64);
     }
     Ok(())
 }
 
-fn opt_str(a: &arrow_array::StringArray, i: usize) -> Option<&str> {
-    use arrow_array::Array;
-    a.is_valid(i).then(|| a.value(i))
+fn column<'b>(batch: &'b RecordBatch, name: &str) -> Result<&'b ArrayRef, arrow_schema::ArrowError> {
+    batch.column_by_name(name).ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("the archive has no column {name}")))
 }
 
 fn kind(name: &str) -> arrow_schema::ArrowError {

@@ -5,45 +5,10 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use crate::config::{CompareOp, ConditionValue, KeepField, KeepRule};
+use crate::config::{CompareOp, ConditionValue, KeepRule};
 use crate::error::StoreError;
+use crate::model::keep_field::{KeepField, Value};
 use crate::model::stored::StoredRow;
-
-/// A field's value in one row (`None`: the row does not carry it).
-enum Value<'a> {
-    Number(Option<f64>),
-    Bool(Option<bool>),
-    Text(Option<&'a str>),
-}
-
-/// The value of `field` in `r`.
-fn get<'a>(field: KeepField, r: &StoredRow<'a>) -> Value<'a> {
-    use KeepField::*;
-    let n = |v: Option<u32>| Value::Number(v.map(f64::from));
-    match field {
-        InputTokens => n(Some(r.input_tokens)),
-        OutputTokens => n(Some(r.output_tokens)),
-        TotalLatencyMs => Value::Number(Some(r.total_latency_ms)),
-        ErrorCode => Value::Number(Some(f64::from(r.error_code))),
-        QueueWaitMs => Value::Number(r.queue_wait_ms),
-        PrefillTimeMs => Value::Number(r.prefill_time_ms),
-        DecodeTimeMs => Value::Number(r.decode_time_ms),
-        TtftMs => Value::Number(r.ttft_ms),
-        TpotMs => Value::Number(r.tpot_ms),
-        GpuId => n(r.gpu_id),
-        BatchSize => n(r.batch_size),
-        CachePrefixTokens => n(r.cache_prefix_tokens),
-        GpuMemPeakMb => Value::Number(r.gpu_mem_peak_mb),
-        CacheHit => Value::Bool(r.cache_hit.map(|v| v != 0)),
-        Truncated => Value::Bool(r.truncated.map(|v| v != 0)),
-        BusinessLine => Value::Text(Some(r.business_line)),
-        ModelName => Value::Text(Some(r.model_name)),
-        ModelVersion => Value::Text(Some(r.model_version)),
-        RequestType => Value::Text(r.request_type),
-        Tenant => Value::Text(r.tenant),
-        ErrorStage => Value::Text(r.error_stage),
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 struct Test {
@@ -55,7 +20,7 @@ struct Test {
 impl Test {
     fn holds(&self, row: &StoredRow<'_>) -> bool {
         use std::cmp::Ordering::*;
-        let ordering = match (get(self.field, row), &self.value) {
+        let ordering = match (self.field.value(row), &self.value) {
             (Value::Number(Some(v)), ConditionValue::Number(w)) => v.partial_cmp(w),
             (Value::Bool(Some(v)), ConditionValue::Bool(w)) => Some(v.cmp(w)),
             (Value::Text(Some(v)), ConditionValue::Text(w)) => Some(v.cmp(w.as_str())),

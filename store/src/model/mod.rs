@@ -1,8 +1,10 @@
 //! The tiers' data model, each shape written once and used by every crate
-//! that reads or writes it. Adding a column to the hot table is a change
-//! in this folder only: its shape ([`tables::HOT`]), the row ingest writes,
-//! the row read back and the archive's schema and builder (a unit test
-//! fails for each one left out), plus a migration of existing tables.
+//! that reads or writes it. The hot row is one list, `store/hot_row.toml`:
+//! the store's build step generates its table columns, the row ingest
+//! writes and its encoder, the rows read back, the archive's fields,
+//! builders and read-back, its Parquet encodings and the fields a keep rule
+//! may test. Adding a column is one line there (with `added` for existing
+//! tables, which ingest alters at start-up).
 //!
 //! - [`tables`]: the ClickHouse tables' shapes (columns, DDL, insert lists, drift checks).
 //! - [`rows`]: the rows ingest writes ([`rows::HotRow`] and its RowBinary encoder, [`rows::RejectRow`]).
@@ -10,6 +12,7 @@
 //! - [`archive`]: the archive's Arrow schema and the batches built from stored rows.
 //! - [`sample`]: the sampled archive's rule (which rows a day keeps, why, and the weights that keep totals exact).
 //! - [`keep`]: the user's `[[sampling.keep]]` rules (conditions over a stored row).
+//! - [`keep_field`]: the fields of a hot row such a rule may test.
 //! - [`measures`]: the measures the aggregates describe (ClickHouse expression, Postgres columns, report label).
 //! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
 //! - [`callers`]: the fold's account of each hashed caller's load per hour (hot days).
@@ -21,6 +24,7 @@ pub mod archive;
 pub mod callers;
 pub mod fold;
 pub mod keep;
+pub mod keep_field;
 pub mod measures;
 pub mod rows;
 pub mod sample;

@@ -4,148 +4,9 @@
 //! RowBinary bytes, [`HotRow::encode`]), [`RejectRow`].
 
 use clickhouse::Row;
-use inferlog_schema::{InferenceEvent, SCHEMA_VERSION};
 use serde::Serialize;
 
-#[cfg(doc)]
-use crate::model::tables::HOT;
-
-/// One hot row: the normalized event plus where it came from. Field order
-/// is the column order of the table (RowBinary is positional).
-#[derive(Debug, Clone, PartialEq, Row, Serialize)]
-pub struct HotRow {
-    /// UTC day of the event, days since 1970-01-01 (ClickHouse `Date`).
-    pub day: u16,
-    /// Event time, whole seconds (ClickHouse `DateTime`), for time-range filters.
-    pub event_time: u32,
-    pub timestamp_ms: u64,
-    pub request_id: String,
-    pub business_line: String,
-    pub model_name: String,
-    pub model_version: String,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
-    pub total_latency_ms: f64,
-    pub error_code: i32,
-    pub error_stage: Option<&'static str>,
-    pub user_id_hash: Option<String>,
-    pub tenant: Option<String>,
-    pub session_id: Option<String>,
-    pub request_type: Option<String>,
-    pub queue_wait_ms: Option<f64>,
-    pub prefill_time_ms: Option<f64>,
-    pub decode_time_ms: Option<f64>,
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub gpu_id: Option<u32>,
-    pub batch_size: Option<u32>,
-    pub cache_hit: Option<u8>,
-    pub cache_prefix_tokens: Option<u32>,
-    pub gpu_mem_peak_mb: Option<f64>,
-    pub truncated: Option<u8>,
-    pub prompt_hash: Option<String>,
-    pub max_tokens: Option<u32>,
-    pub schema_version: u8,
-    /// Shared by every row of the topic: no allocation per row.
-    pub kafka_topic: std::sync::Arc<str>,
-    pub kafka_partition: u16,
-    pub kafka_offset: u64,
-    /// The event's place in its message: 0 for a JSON event, the span's
-    /// index for an OTLP message (whose spans share its coordinates).
-    pub kafka_index: u32,
-    pub ingested_at: u32,
-}
-
-impl HotRow {
-    pub fn new(e: InferenceEvent, topic: std::sync::Arc<str>, partition: u16, offset: i64, ingested_at: u32) -> HotRow {
-        // Timestamps are validated to lie in 2000..2100, so these fit.
-        let day = e.timestamp_ms.div_euclid(inferlog_schema::timestamp::MS_PER_DAY) as u16;
-        HotRow {
-            day,
-            event_time: (e.timestamp_ms / 1000) as u32,
-            timestamp_ms: e.timestamp_ms as u64,
-            request_id: e.request_id,
-            business_line: e.business_line,
-            model_name: e.model_name,
-            model_version: e.model_version,
-            input_tokens: e.input_tokens,
-            output_tokens: e.output_tokens,
-            total_latency_ms: e.total_latency_ms,
-            error_code: e.error_code,
-            error_stage: e.error_stage.map(|s| s.as_str()),
-            user_id_hash: e.user_id_hash,
-            tenant: e.tenant,
-            session_id: e.session_id,
-            request_type: e.request_type,
-            queue_wait_ms: e.queue_wait_ms,
-            prefill_time_ms: e.prefill_time_ms,
-            decode_time_ms: e.decode_time_ms,
-            ttft_ms: e.ttft_ms,
-            tpot_ms: e.tpot_ms,
-            gpu_id: e.gpu_id,
-            batch_size: e.batch_size,
-            cache_hit: e.cache_hit.map(u8::from),
-            cache_prefix_tokens: e.cache_prefix_tokens,
-            gpu_mem_peak_mb: e.gpu_mem_peak_mb,
-            truncated: e.truncated.map(u8::from),
-            prompt_hash: e.prompt_hash,
-            max_tokens: e.max_tokens,
-            schema_version: SCHEMA_VERSION as u8,
-            kafka_topic: topic,
-            kafka_partition: partition,
-            kafka_offset: offset as u64,
-            kafka_index: 0,
-            ingested_at,
-        }
-    }
-
-    /// Appends the row in ClickHouse's RowBinary format, in the column
-    /// order of [`HOT`]: a batch holds its rows encoded (about
-    /// 330 bytes a row, against about 750 as a `HotRow` with its strings),
-    /// and the normalizing threads encode them. Checked against the
-    /// `clickhouse` crate's own serializer of this struct on a real server
-    /// (`tests/tests/ingest.rs`). Returns how many of the bytes written are
-    /// the event itself (what two retries of one request share); the rest
-    /// are its Kafka coordinates and ingest time.
-    pub fn encode(&self, out: &mut Vec<u8>) -> usize {
-        let start = out.len();
-        out.extend_from_slice(&self.day.to_le_bytes());
-        out.extend_from_slice(&self.event_time.to_le_bytes());
-        out.extend_from_slice(&self.timestamp_ms.to_le_bytes());
-        put_str(out, &self.request_id);
-        put_str(out, &self.business_line);
-        put_str(out, &self.model_name);
-        put_str(out, &self.model_version);
-        out.extend_from_slice(&self.input_tokens.to_le_bytes());
-        out.extend_from_slice(&self.output_tokens.to_le_bytes());
-        out.extend_from_slice(&self.total_latency_ms.to_le_bytes());
-        out.extend_from_slice(&self.error_code.to_le_bytes());
-        put_nullable(out, self.error_stage, put_str);
-        for text in [&self.user_id_hash, &self.tenant, &self.session_id, &self.request_type] {
-            put_nullable(out, text.as_deref(), put_str);
-        }
-        for ms in [self.queue_wait_ms, self.prefill_time_ms, self.decode_time_ms, self.ttft_ms, self.tpot_ms] {
-            put_nullable(out, ms, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        }
-        for count in [self.gpu_id, self.batch_size] {
-            put_nullable(out, count, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        }
-        put_nullable(out, self.cache_hit, |out, v| out.push(v));
-        put_nullable(out, self.cache_prefix_tokens, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        put_nullable(out, self.gpu_mem_peak_mb, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        put_nullable(out, self.truncated, |out, v| out.push(v));
-        put_nullable(out, self.prompt_hash.as_deref(), put_str);
-        put_nullable(out, self.max_tokens, |out, v| out.extend_from_slice(&v.to_le_bytes()));
-        out.push(self.schema_version);
-        let event = out.len() - start;
-        put_str(out, &self.kafka_topic);
-        out.extend_from_slice(&self.kafka_partition.to_le_bytes());
-        out.extend_from_slice(&self.kafka_offset.to_le_bytes());
-        out.extend_from_slice(&self.kafka_index.to_le_bytes());
-        out.extend_from_slice(&self.ingested_at.to_le_bytes());
-        event
-    }
-}
+include!(concat!(env!("OUT_DIR"), "/hot_row.rs"));
 
 /// The request id of a row [`HotRow::encode`] wrote: the string after the
 /// fixed-width day, event time and timestamp.
@@ -223,6 +84,60 @@ fn put_nullable<T>(out: &mut Vec<u8>, value: Option<T>, put: impl FnOnce(&mut Ve
             out.push(0);
             put(out, v);
         }
+    }
+}
+
+/// A value in ClickHouse's RowBinary format: what [`HotRow::encode`]
+/// writes for each column, by the field's type.
+trait RowBinary {
+    fn put(&self, out: &mut Vec<u8>);
+}
+
+macro_rules! little_endian {
+    ($($t:ty),*) => {$(
+        impl RowBinary for $t {
+            fn put(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+
+little_endian!(u16, u32, u64, i32, f64);
+
+impl RowBinary for u8 {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.push(*self);
+    }
+}
+
+impl RowBinary for str {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_str(out, self);
+    }
+}
+
+impl RowBinary for String {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_str(out, self);
+    }
+}
+
+impl RowBinary for std::sync::Arc<str> {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_str(out, self);
+    }
+}
+
+impl RowBinary for &str {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_str(out, self);
+    }
+}
+
+impl<T: RowBinary> RowBinary for Option<T> {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_nullable(out, self.as_ref(), |out, v| v.put(out));
     }
 }
 

@@ -5,7 +5,6 @@
 //! so no reader spells the table's columns.
 
 use clickhouse::Row;
-use serde::Deserialize;
 
 #[cfg(any(doc, test))]
 use crate::model::tables::HOT;
@@ -13,158 +12,13 @@ use crate::model::tables::HOT;
 /// The request type of a row that names none.
 pub const NO_TYPE: &str = "-";
 
-/// One hot row as read back: every column of [`HOT`] but `day` and
-/// `event_time` (both derived from `timestamp_ms`), in its order. Strings
-/// borrow from the response buffer.
-#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
-pub struct StoredRow<'a> {
-    pub timestamp_ms: u64,
-    pub request_id: &'a str,
-    pub business_line: &'a str,
-    pub model_name: &'a str,
-    pub model_version: &'a str,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
-    pub total_latency_ms: f64,
-    pub error_code: i32,
-    #[serde(borrow)]
-    pub error_stage: Option<&'a str>,
-    #[serde(borrow)]
-    pub user_id_hash: Option<&'a str>,
-    #[serde(borrow)]
-    pub tenant: Option<&'a str>,
-    #[serde(borrow)]
-    pub session_id: Option<&'a str>,
-    #[serde(borrow)]
-    pub request_type: Option<&'a str>,
-    pub queue_wait_ms: Option<f64>,
-    pub prefill_time_ms: Option<f64>,
-    pub decode_time_ms: Option<f64>,
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub gpu_id: Option<u32>,
-    pub batch_size: Option<u32>,
-    pub cache_hit: Option<u8>,
-    pub cache_prefix_tokens: Option<u32>,
-    pub gpu_mem_peak_mb: Option<f64>,
-    pub truncated: Option<u8>,
-    #[serde(borrow)]
-    pub prompt_hash: Option<&'a str>,
-    pub max_tokens: Option<u32>,
-    pub schema_version: u8,
-    pub kafka_topic: &'a str,
-    pub kafka_partition: u16,
-    pub kafka_offset: u64,
-    pub kafka_index: u32,
-    pub ingested_at: u32,
-}
+include!(concat!(env!("OUT_DIR"), "/stored_row.rs"));
 
 impl StoredRow<'_> {
     /// `timestamp_ms, request_id, …`: the `SELECT` list of a [`StoredRow`].
     pub fn select_list() -> String {
         <StoredRow<'_> as Row>::COLUMN_NAMES.join(", ")
     }
-
-    /// The columns the aggregates fold.
-    pub fn fold_row(&self) -> FoldRow<'_> {
-        FoldRow {
-            timestamp_ms: self.timestamp_ms,
-            business_line: self.business_line,
-            model_name: self.model_name,
-            model_version: self.model_version,
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-            total_latency_ms: self.total_latency_ms,
-            error_code: self.error_code,
-            error_stage: self.error_stage,
-            user_id_hash: self.user_id_hash,
-            request_type: self.request_type,
-            queue_wait_ms: self.queue_wait_ms,
-            prefill_time_ms: self.prefill_time_ms,
-            decode_time_ms: self.decode_time_ms,
-            ttft_ms: self.ttft_ms,
-            tpot_ms: self.tpot_ms,
-            gpu_id: self.gpu_id,
-            cache_hit: self.cache_hit,
-            cache_prefix_tokens: self.cache_prefix_tokens,
-            gpu_mem_peak_mb: self.gpu_mem_peak_mb,
-            prompt_hash: self.prompt_hash,
-            max_tokens: self.max_tokens,
-        }
-    }
-
-    /// A row with every column set (some to `None`), for tests.
-    pub fn example() -> StoredRow<'static> {
-        StoredRow {
-            timestamp_ms: 1_764_000_000_123,
-            request_id: "r1",
-            business_line: "search",
-            model_name: "m",
-            model_version: "v1",
-            input_tokens: 10,
-            output_tokens: 3,
-            total_latency_ms: 12.5,
-            error_code: 1003,
-            error_stage: Some("decode"),
-            user_id_hash: None,
-            tenant: Some("web"),
-            session_id: None,
-            request_type: Some("chat"),
-            queue_wait_ms: Some(1.0),
-            prefill_time_ms: None,
-            decode_time_ms: Some(2.0),
-            ttft_ms: None,
-            tpot_ms: Some(1.0),
-            gpu_id: Some(3),
-            batch_size: None,
-            cache_hit: Some(1),
-            cache_prefix_tokens: Some(4),
-            gpu_mem_peak_mb: None,
-            truncated: Some(0),
-            prompt_hash: Some("k1:ab"),
-            max_tokens: None,
-            schema_version: 1,
-            kafka_topic: "t",
-            kafka_partition: 2,
-            kafka_offset: 99,
-            kafka_index: 0,
-            ingested_at: 1_764_000_001,
-        }
-    }
-}
-
-/// The columns of a hot row the aggregates fold ([`crate::model::fold`]):
-/// the series, the tokens, the error, the user, the request type, the
-/// measures, the GPU, the prompt and the output limit. Fields keep [`HOT`]'s names
-/// and order.
-#[derive(Debug, Clone, Copy, PartialEq, Row, Deserialize)]
-pub struct FoldRow<'a> {
-    pub timestamp_ms: u64,
-    pub business_line: &'a str,
-    pub model_name: &'a str,
-    pub model_version: &'a str,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
-    pub total_latency_ms: f64,
-    pub error_code: i32,
-    #[serde(borrow)]
-    pub error_stage: Option<&'a str>,
-    #[serde(borrow)]
-    pub user_id_hash: Option<&'a str>,
-    #[serde(borrow)]
-    pub request_type: Option<&'a str>,
-    pub queue_wait_ms: Option<f64>,
-    pub prefill_time_ms: Option<f64>,
-    pub decode_time_ms: Option<f64>,
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub gpu_id: Option<u32>,
-    pub cache_hit: Option<u8>,
-    pub cache_prefix_tokens: Option<u32>,
-    pub gpu_mem_peak_mb: Option<f64>,
-    #[serde(borrow)]
-    pub prompt_hash: Option<&'a str>,
-    pub max_tokens: Option<u32>,
 }
 
 impl<'a> FoldRow<'a> {

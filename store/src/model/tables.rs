@@ -28,16 +28,6 @@ const fn col(name: &'static str, ty: &'static str) -> Column {
     Column { name, ty, low_cardinality: false, added_with_default: None }
 }
 
-const fn lc(name: &'static str) -> Column {
-    Column { name, ty: "String", low_cardinality: true, added_with_default: None }
-}
-
-/// A column added to an existing table by ingest at start-up, older rows
-/// taking `default`.
-const fn added(name: &'static str, ty: &'static str, default: &'static str) -> Column {
-    Column { name, ty, low_cardinality: false, added_with_default: Some(default) }
-}
-
 /// A table's shape: columns in insert order, engine, partitioning and key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
@@ -52,7 +42,9 @@ pub struct Shape {
 /// The server version from which `LowCardinality(String)` needs no setting.
 const LOW_CARDINALITY_FROM: (u32, u32) = (20, 1);
 
-/// The hot table.
+include!(concat!(env!("OUT_DIR"), "/hot_columns.rs"));
+
+/// The hot table: its columns are the lines of `store/hot_row.toml`.
 ///
 /// - ReplacingMergeTree: a producer retry that slipped past ingest's
 ///   request-id window has an identical sorting key, so merges collapse it
@@ -66,46 +58,7 @@ const LOW_CARDINALITY_FROM: (u32, u32) = (20, 1);
 ///   key unique per request, as ReplacingMergeTree needs.
 pub const HOT: Shape = Shape {
     what: "hot rows",
-    columns: &[
-        col("day", "Date"),
-        col("event_time", "DateTime"),
-        col("timestamp_ms", "UInt64"),
-        col("request_id", "String"),
-        lc("business_line"),
-        lc("model_name"),
-        lc("model_version"),
-        col("input_tokens", "UInt32"),
-        col("output_tokens", "UInt32"),
-        col("total_latency_ms", "Float64"),
-        col("error_code", "Int32"),
-        col("error_stage", "Nullable(String)"),
-        col("user_id_hash", "Nullable(String)"),
-        col("tenant", "Nullable(String)"),
-        col("session_id", "Nullable(String)"),
-        col("request_type", "Nullable(String)"),
-        col("queue_wait_ms", "Nullable(Float64)"),
-        col("prefill_time_ms", "Nullable(Float64)"),
-        col("decode_time_ms", "Nullable(Float64)"),
-        col("ttft_ms", "Nullable(Float64)"),
-        col("tpot_ms", "Nullable(Float64)"),
-        col("gpu_id", "Nullable(UInt32)"),
-        col("batch_size", "Nullable(UInt32)"),
-        col("cache_hit", "Nullable(UInt8)"),
-        col("cache_prefix_tokens", "Nullable(UInt32)"),
-        col("gpu_mem_peak_mb", "Nullable(Float64)"),
-        col("truncated", "Nullable(UInt8)"),
-        // The prompt's keyed hash and the output limit (`waste`).
-        added("prompt_hash", "Nullable(String)", "NULL"),
-        added("max_tokens", "Nullable(UInt32)", "NULL"),
-        col("schema_version", "UInt8"),
-        col("kafka_topic", "String"),
-        col("kafka_partition", "UInt16"),
-        col("kafka_offset", "UInt64"),
-        // The event's place in its message: 0 for a JSON event, the span's
-        // index for OTLP (a message's spans share its coordinates).
-        added("kafka_index", "UInt32", "0"),
-        col("ingested_at", "DateTime"),
-    ],
+    columns: HOT_COLUMNS,
     engine: "ReplacingMergeTree()",
     partition_by: "day",
     order_by: "business_line, model_name, model_version, event_time, request_id",
