@@ -32,26 +32,13 @@ pub struct AggregateRow {
     pub model_version: String,
     pub input_bucket: String,
     pub output_bucket: String,
-    pub requests: u64,
-    pub errors: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_hits: u64,
-    pub cache_prefix_tokens: u64,
-    // Per duration, in [`durations`] order: how many rows carried it (RowBinary is positional, so one field each).
-    pub present_total: u64,
-    pub present_ttft: u64,
-    pub present_tpot: u64,
-    pub present_queue: u64,
-    pub present_prefill: u64,
-    pub present_decode: u64,
-    // ... and its p50/p95/p99.
-    pub q_total: Vec<f64>,
-    pub q_ttft: Vec<f64>,
-    pub q_tpot: Vec<f64>,
-    pub q_queue: Vec<f64>,
-    pub q_prefill: Vec<f64>,
-    pub q_decode: Vec<f64>,
+    /// Its additive figures, as the fold counts them (a tuple of columns:
+    /// RowBinary is positional).
+    pub totals: Totals,
+    /// Per duration in [`durations`] order: how many rows carried it.
+    pub present: Vec<u64>,
+    /// Per duration in [`durations`] order: its quantiles at [`LEVELS`].
+    pub quantiles: Vec<Vec<f64>>,
     // Peak GPU memory: rows that reported it, its p50 and p99, its maximum.
     pub present_gpu_mem: u64,
     pub q_gpu_mem: Vec<f64>,
@@ -61,31 +48,12 @@ pub struct AggregateRow {
 impl AggregateRow {
     /// The token sums the group is priced from.
     pub fn usage(&self) -> Usage {
-        self.totals().usage()
-    }
-
-    /// The group's totals, as the fold counts them.
-    pub fn totals(&self) -> Totals {
-        Totals {
-            requests: self.requests,
-            errors: self.errors,
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-            cache_hits: self.cache_hits,
-            cache_prefix_tokens: self.cache_prefix_tokens,
-        }
+        self.totals.usage()
     }
 
     /// Per duration in [`durations`] order: (rows that carried it, its quantiles at [`LEVELS`]).
-    pub fn durations(&self) -> [(u64, &[f64]); 6] {
-        [
-            (self.present_total, &self.q_total),
-            (self.present_ttft, &self.q_ttft),
-            (self.present_tpot, &self.q_tpot),
-            (self.present_queue, &self.q_queue),
-            (self.present_prefill, &self.q_prefill),
-            (self.present_decode, &self.q_decode),
-        ]
+    pub fn durations(&self) -> impl Iterator<Item = (u64, &[f64])> {
+        self.present.iter().copied().zip(self.quantiles.iter().map(Vec::as_slice))
     }
 }
 
@@ -124,7 +92,7 @@ fn aggregate_sql(table: &str, mode: ReadMode) -> String {
          count() AS requests, countIf(error_code != 0) AS errors, \
          sum(toUInt64(input_tokens)) AS sum_input_tokens, sum(toUInt64(output_tokens)) AS sum_output_tokens, \
          countIf(ifNull(cache_hit, 0) = 1) AS cache_hits, sum(toUInt64(ifNull(cache_prefix_tokens, 0))) AS sum_cache_prefix_tokens, \
-         {present}, {quantiles}, \
+         [{present}] AS present, [{quantiles}] AS quantiles, \
          count(gpu_mem_peak_mb), quantilesExact(0.5, 0.99)(gpu_mem_peak_mb), ifNull(max(gpu_mem_peak_mb), 0) \
          FROM {table} {modifier} WHERE day = toDate(?) \
          GROUP BY business_line, model_name, model_version, input_bucket, output_bucket \
@@ -156,7 +124,7 @@ pub async fn compute(
 /// only, or another number of requests.
 fn join(date: &str, rows: Vec<AggregateRow>, folded: u64, mut daily: HashMap<GroupKey, fold::Group>) -> Result<Vec<Group>, CompactorError> {
     let disagree = |message: String| CompactorError::RowsChanged { day: date.to_owned(), step: "aggregated", message };
-    let requests: u64 = rows.iter().map(|r| r.requests).sum();
+    let requests: u64 = rows.iter().map(|r| r.totals.requests).sum();
     if requests != folded {
         return Err(disagree(format!("{requests} requests in the groups but {folded} rows folded")));
     }
@@ -170,7 +138,7 @@ fn join(date: &str, rows: Vec<AggregateRow>, folded: u64, mut daily: HashMap<Gro
             bucket_label(&row.output_bucket),
         );
         let folded = daily.remove(&key).ok_or_else(|| disagree(format!("the group {key:?} was not folded")))?;
-        let counted = row.totals();
+        let counted = row.totals;
         if folded.totals != counted {
             return Err(disagree(format!("the group {key:?} counts {counted:?} in ClickHouse but {:?} folded", folded.totals)));
         }
@@ -236,24 +204,9 @@ mod tests {
             model_version: "v1".into(),
             input_bucket: "0-1k".into(),
             output_bucket: "0-128".into(),
-            requests,
-            errors: 0,
-            input_tokens: 0,
-            output_tokens: 0,
-            cache_hits: 0,
-            cache_prefix_tokens: 0,
-            present_total: requests,
-            present_ttft: 0,
-            present_tpot: 0,
-            present_queue: 0,
-            present_prefill: 0,
-            present_decode: 0,
-            q_total: vec![1.0; 3],
-            q_ttft: vec![],
-            q_tpot: vec![],
-            q_queue: vec![],
-            q_prefill: vec![],
-            q_decode: vec![],
+            totals: Totals { requests, ..Totals::default() },
+            present: [requests, 0, 0, 0, 0, 0].to_vec(),
+            quantiles: [vec![1.0; 3], vec![], vec![], vec![], vec![], vec![]].to_vec(),
             present_gpu_mem: 0,
             q_gpu_mem: vec![],
             max_gpu_mem: 0.0,
@@ -289,7 +242,7 @@ mod tests {
         assert!(message.contains("\"search\"") && message.contains("not in ClickHouse's groups"), "{message}");
         // The same rows in each group, but one more failed in ClickHouse's count than in the fold's.
         let mut failed = group("chat", 2);
-        failed.errors = 1;
+        failed.totals.errors = 1;
         let message = refused(join("2025-11-24", vec![failed], 2, folded(&[("chat", 2)])));
         assert!(message.contains("errors: 1") && message.contains("errors: 0") && message.contains("folded"), "{message}");
     }

@@ -176,7 +176,7 @@ pub async fn publish(
             let cost_usd = cost(&g.model_name, g.usage());
             match cost_usd {
                 Some(c) => published.cost_usd += c,
-                None => *published.unpriced.entry(g.model_name.clone()).or_default() += g.requests,
+                None => *published.unpriced.entry(g.model_name.clone()).or_default() += g.totals.requests,
             }
             q.push_bind(date)
                 .push_bind(&g.business_line)
@@ -184,12 +184,12 @@ pub async fn publish(
                 .push_bind(&g.model_version)
                 .push_bind(&g.input_bucket)
                 .push_bind(&g.output_bucket)
-                .push_bind(g.requests as i64)
-                .push_bind(g.errors as i64)
-                .push_bind(g.input_tokens as i64)
-                .push_bind(g.output_tokens as i64)
-                .push_bind(g.cache_hits as i64)
-                .push_bind(g.cache_prefix_tokens as i64)
+                .push_bind(g.totals.requests as i64)
+                .push_bind(g.totals.errors as i64)
+                .push_bind(g.totals.input_tokens as i64)
+                .push_bind(g.totals.output_tokens as i64)
+                .push_bind(g.totals.cache_hits as i64)
+                .push_bind(g.totals.cache_prefix_tokens as i64)
                 .push_bind(cost_usd);
             for (present, quantiles) in g.durations() {
                 for i in 0..LEVELS.len() {

@@ -115,6 +115,12 @@ pub struct Table {
     pub rows: Vec<Vec<Cell>>,
 }
 
+/// A column name or label built once at start (the views' column lists are
+/// derived from the measures, and a [`Table`] holds `'static` names).
+pub fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
 impl Table {
     pub fn new(name: &'static str, title: impl Into<String>, columns: &[(&'static str, &'static str)]) -> Table {
         Table { name, title: title.into(), columns: columns.to_vec(), rows: Vec::new() }

@@ -52,16 +52,13 @@ impl Tier {
     }
 }
 
-/// Additive figures of any set of requests.
+/// Additive figures of any set of requests: the fold's [`Totals`], then
+/// what pricing them gave.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Counts {
-    pub requests: u64,
-    pub errors: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Requests the prefix cache served (unknown for hours: 0 there).
-    pub cache_hits: u64,
-    pub cache_prefix_tokens: u64,
+    /// Requests, errors and tokens (cache hits are unknown for hours: 0 there).
+    #[serde(flatten)]
+    pub totals: Totals,
     /// USD of the priced requests.
     pub cost_usd: f64,
     /// Requests whose model had no price: their tokens count, their cost does not.
@@ -70,34 +67,21 @@ pub struct Counts {
 
 impl From<Totals> for Counts {
     /// The counts of folded totals, not priced yet.
-    fn from(t: Totals) -> Counts {
-        Counts {
-            requests: t.requests,
-            errors: t.errors,
-            input_tokens: t.input_tokens,
-            output_tokens: t.output_tokens,
-            cache_hits: t.cache_hits,
-            cache_prefix_tokens: t.cache_prefix_tokens,
-            ..Counts::default()
-        }
+    fn from(totals: Totals) -> Counts {
+        Counts { totals, ..Counts::default() }
     }
 }
 
 impl Counts {
     pub fn add(&mut self, other: &Counts) {
-        self.requests += other.requests;
-        self.errors += other.errors;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_hits += other.cache_hits;
-        self.cache_prefix_tokens += other.cache_prefix_tokens;
+        self.totals.add(&other.totals);
         self.cost_usd += other.cost_usd;
         self.unpriced_requests += other.unpriced_requests;
     }
 
     /// Whether some of the requests were priced and some were not.
     pub fn partly_priced(&self) -> bool {
-        self.unpriced_requests > 0 && self.unpriced_requests < self.requests
+        self.unpriced_requests > 0 && self.unpriced_requests < self.totals.requests
     }
 
     /// The cost to show: `None` when requests were counted and none of
@@ -108,16 +92,16 @@ impl Counts {
 
     /// Input plus output tokens.
     pub fn tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.totals.input_tokens + self.totals.output_tokens
     }
 
     /// The counts' usage, as the price table sees it.
     pub fn usage(&self) -> inferlog_store::cost::Usage {
         inferlog_store::cost::Usage {
-            requests: self.requests,
-            input_tokens: self.input_tokens,
-            cached_input_tokens: self.cache_prefix_tokens,
-            output_tokens: self.output_tokens,
+            requests: self.totals.requests,
+            input_tokens: self.totals.input_tokens,
+            cached_input_tokens: self.totals.cache_prefix_tokens,
+            output_tokens: self.totals.output_tokens,
         }
     }
 
@@ -125,7 +109,7 @@ impl Counts {
     pub fn price(&mut self, cost: Option<f64>) {
         match cost {
             Some(usd) => self.cost_usd = usd,
-            None => self.unpriced_requests = self.requests,
+            None => self.unpriced_requests = self.totals.requests,
         }
     }
 }
@@ -374,7 +358,7 @@ impl Summary {
 
     /// Successful requests over all requests (`None` without requests).
     pub fn success_rate(&self) -> Option<f64> {
-        (self.counts.requests > 0).then(|| 1.0 - self.counts.errors as f64 / self.counts.requests as f64)
+        (self.counts.totals.requests > 0).then(|| 1.0 - self.counts.totals.errors as f64 / self.counts.totals.requests as f64)
     }
 }
 
@@ -387,7 +371,10 @@ mod tests {
         for v in values {
             h.add(*v);
         }
-        let mut g = GroupFacts { counts: Counts { requests, errors: 1, cost_usd: 0.5, ..Counts::default() }, ..GroupFacts::default() };
+        let mut g = GroupFacts {
+            counts: Counts { totals: Totals { requests, errors: 1, ..Totals::default() }, cost_usd: 0.5, ..Counts::default() },
+            ..GroupFacts::default()
+        };
         g.hists[TTFT] = Some(h);
         g
     }
@@ -395,8 +382,8 @@ mod tests {
     #[test]
     fn summaries_add_counts_and_merge_histograms() {
         let s = Summary::of([&group(2, &[10.0, 20.0]), &group(2, &[30.0, 40.0]), &GroupFacts::default()]);
-        assert_eq!(s.counts.requests, 4);
-        assert_eq!(s.counts.errors, 2);
+        assert_eq!(s.counts.totals.requests, 4);
+        assert_eq!(s.counts.totals.errors, 2);
         assert!((s.counts.cost_usd - 1.0).abs() < 1e-12);
         assert_eq!(s.success_rate(), Some(0.5));
         let p50 = s.quantile(TTFT, 0.5).expect("ttft");
@@ -417,7 +404,7 @@ mod tests {
 
     #[test]
     fn unpriced_counts_keep_their_tokens() {
-        let mut c = Counts { requests: 3, input_tokens: 10, output_tokens: 5, ..Counts::default() };
+        let mut c = Counts { totals: Totals { requests: 3, input_tokens: 10, output_tokens: 5, ..Totals::default() }, ..Counts::default() };
         c.price(None);
         assert_eq!((c.unpriced_requests, c.cost_usd, c.tokens()), (3, 0.0, 15));
         assert_eq!(c.cost(), None, "nothing priced: no cost, not $0");

@@ -15,6 +15,7 @@ use inferlog_store::{Day, StoreError};
 use sqlx::Row as _;
 
 use inferlog_store::model::aggregates::{hist_column, DAILY_COUNTS, DAILY_KEY, ERROR_COLUMNS, OUTPUT_COLUMNS, WASTE_COLUMNS};
+use inferlog_store::model::fold::Totals;
 use inferlog_store::model::measures::MEASURES;
 use inferlog_store::model::waste::{LineWaste, TypeWaste, Waste};
 
@@ -42,15 +43,14 @@ fn count(row: &sqlx::postgres::PgRow, column: &str) -> Result<u64, sqlx::Error> 
 /// The counts of a stored row; `cost_usd` NULL means unpriced.
 fn counts(row: &sqlx::postgres::PgRow, cache_hits: bool) -> Result<Counts, sqlx::Error> {
     let n = |c: &str| count(row, c);
-    let mut counts = Counts {
+    let mut counts = Counts::from(Totals {
         requests: n("requests")?,
         errors: n("errors")?,
         input_tokens: n("input_tokens")?,
         output_tokens: n("output_tokens")?,
         cache_hits: if cache_hits { n("cache_hits")? } else { 0 },
         cache_prefix_tokens: n("cache_prefix_tokens")?,
-        ..Counts::default()
-    };
+    });
     counts.price(row.try_get::<Option<f64>, _>("cost_usd")?);
     Ok(counts)
 }

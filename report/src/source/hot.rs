@@ -243,14 +243,14 @@ mod tests {
         add_day(&mut facts, 20_000, fold.finish(), &prices.validate().expect("valid"), &dictionary);
         assert_eq!(facts.groups.len(), 2, "two input buckets");
         let small = facts.groups.iter().find(|(k, _)| k.input_bucket == "0-1k").expect("0-1k").1;
-        assert_eq!((small.counts.requests, small.counts.errors, small.counts.input_tokens), (4, 1, 2000));
+        assert_eq!((small.counts.totals.requests, small.counts.totals.errors, small.counts.totals.input_tokens), (4, 1, 2000));
         assert_eq!(small.hists[crate::facts::TOTAL].as_ref().map(Histogram::count), Some(4));
         assert!(small.hists[crate::facts::TPOT].is_none(), "no request carried TPOT");
         // Cached prefix 250 of 500 per request, cached tokens price at the input price when no cached price is set.
         assert!((small.counts.cost_usd - (2000.0 * 1.0 + 400.0 * 2.0) / 1e6).abs() < 1e-12, "{}", small.counts.cost_usd);
         let (hour_key, hour) = facts.hours.iter().next().expect("one hour");
         assert_eq!(hour_key.hour, (day_ms / 3_600_000 + 10) as i64);
-        assert_eq!((hour.counts.requests, hour.peak_minute_requests), (5, 2));
+        assert_eq!((hour.counts.totals.requests, hour.peak_minute_requests), (5, 2));
         assert_eq!(hour.peak_minute, (m(5) / 60_000) as i64, "ties go to the earliest minute");
         assert_eq!(hour.peak_minute_tokens, 500 + 100 + 3000 + 100);
         let (error_key, error) = facts.errors.iter().next().expect("one error");

@@ -39,11 +39,14 @@ pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
         let mut row = vec![
             Cell::text(model.clone()),
             Cell::text(version.clone()),
-            Cell::count(c.requests),
-            Cell::count(c.cache_hits),
-            Cell::num((c.requests > 0).then(|| c.cache_hits as f64 / c.requests as f64), Kind::Share),
-            Cell::count(c.cache_prefix_tokens),
-            Cell::num((c.input_tokens > 0).then(|| c.cache_prefix_tokens.min(c.input_tokens) as f64 / c.input_tokens as f64), Kind::Share),
+            Cell::count(c.totals.requests),
+            Cell::count(c.totals.cache_hits),
+            Cell::num((c.totals.requests > 0).then(|| c.totals.cache_hits as f64 / c.totals.requests as f64), Kind::Share),
+            Cell::count(c.totals.cache_prefix_tokens),
+            Cell::num(
+                (c.totals.input_tokens > 0).then(|| c.totals.cache_prefix_tokens.min(c.totals.input_tokens) as f64 / c.totals.input_tokens as f64),
+                Kind::Share,
+            ),
         ];
         row.extend(PREFIX_LEVELS.map(|(q, _, _)| Cell::num(s.quantile(CACHE_PREFIX, q).map(f64::round), Kind::Count)));
         table.push(row);

@@ -46,7 +46,7 @@ pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
         by_day.entry(day).or_default().add(&h.counts);
         peaks.push((h.peak_minute_requests, -h.peak_minute, k, h));
     }
-    let total_requests: u64 = by_hour.iter().map(|c| c.requests).sum();
+    let total_requests: u64 = by_hour.iter().map(|c| c.totals.requests).sum();
 
     let mut hours = Table::new(
         "by_hour_of_day",
@@ -56,9 +56,9 @@ pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
     for (hour, c) in by_hour.iter().enumerate() {
         hours.push(vec![
             Cell::text(format!("{hour:02}:00")),
-            Cell::count(c.requests),
+            Cell::count(c.totals.requests),
             Cell::count(c.tokens()),
-            Cell::num((total_requests > 0).then(|| c.requests as f64 / total_requests as f64), Kind::Share),
+            Cell::num((total_requests > 0).then(|| c.totals.requests as f64 / total_requests as f64), Kind::Share),
         ]);
     }
 
@@ -73,9 +73,9 @@ pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
         weekdays.push(vec![
             Cell::text(*name),
             Cell::count(days),
-            Cell::count(c.requests),
+            Cell::count(c.totals.requests),
             Cell::count(c.tokens()),
-            Cell::num((days > 0).then(|| c.requests as f64 / days as f64), Kind::Rate),
+            Cell::num((days > 0).then(|| c.totals.requests as f64 / days as f64), Kind::Rate),
         ]);
     }
 
@@ -109,11 +109,11 @@ pub fn tables(facts: &Facts, ctx: &Context) -> Vec<Table> {
         daily.push(vec![
             Cell::text(inferlog_store::day_string(*day)),
             Cell::text(facts.tier(*day).as_str()),
-            Cell::count(c.requests),
+            Cell::count(c.totals.requests),
             Cell::count(c.tokens()),
         ]);
         let complete = (i64::from(*day) + 1) * 86_400_000 <= ctx.now_ms;
-        if c.requests > 0 && complete {
+        if c.totals.requests > 0 && complete {
             points.push((f64::from(*day), c.tokens() as f64));
         }
     }

@@ -11,10 +11,12 @@
 //! the range is compared: its busiest version as A, the next as B.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use inferlog_schema::histogram::Histogram;
+use inferlog_store::model::measures::{LEVELS, MEASURES};
 
-use crate::document::{Cell, Kind, Table};
+use crate::document::{leak, Cell, Kind, Table};
 use crate::facts::{Facts, Pairs, Summary, TOTAL, TPOT, TTFT};
 use crate::significance::{proportions, quantile_shift, sign_test, Shift};
 use crate::views::{bucket_rank, floor_rank, groups, Context};
@@ -51,7 +53,7 @@ impl Versions {
 pub fn pick(facts: &Facts, range: crate::range::Range) -> Option<Versions> {
     let mut load: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
     for (k, g) in groups(facts, range, |_| true) {
-        *load.entry(&k.model_name).or_default().entry(&k.model_version).or_default() += g.counts.requests;
+        *load.entry(&k.model_name).or_default().entry(&k.model_version).or_default() += g.counts.totals.requests;
     }
     let (model, versions) = load.into_iter().filter(|(_, v)| v.len() >= 2).max_by_key(|(m, v)| (v.values().sum::<u64>(), std::cmp::Reverse(*m)))?;
     let mut versions: Vec<(&str, u64)> = versions.into_iter().collect();
@@ -59,40 +61,36 @@ pub fn pick(facts: &Facts, range: crate::range::Range) -> Option<Versions> {
     Some(Versions { model: Some(model.to_owned()), a: versions[0].0.to_owned(), b: versions[1].0.to_owned() })
 }
 
+/// The measures compared, in the order of their columns.
+const COMPARED: [usize; 3] = [TTFT, TPOT, TOTAL];
+
 /// The comparison's columns: the row's buckets, requests and shares, then
-/// per measure p50/p95/p99 of A and B and the mark.
-const COLUMNS: [(&str, &str); 30] = [
-    ("input_bucket", "input"),
-    ("output_bucket", "output"),
-    ("requests_a", "requests A"),
-    ("requests_b", "requests B"),
-    ("share_a", "share A"),
-    ("share_b", "share B"),
-    ("error_share_a", "errors A"),
-    ("error_share_b", "errors B"),
-    ("errors_b_vs_a", "errors B vs A"),
-    ("ttft_p50_ms_a", "TTFT p50 A"),
-    ("ttft_p50_ms_b", "TTFT p50 B"),
-    ("ttft_p95_ms_a", "TTFT p95 A"),
-    ("ttft_p95_ms_b", "TTFT p95 B"),
-    ("ttft_p99_ms_a", "TTFT p99 A"),
-    ("ttft_p99_ms_b", "TTFT p99 B"),
-    ("ttft_b_vs_a", "TTFT B vs A"),
-    ("tpot_p50_ms_a", "TPOT p50 A"),
-    ("tpot_p50_ms_b", "TPOT p50 B"),
-    ("tpot_p95_ms_a", "TPOT p95 A"),
-    ("tpot_p95_ms_b", "TPOT p95 B"),
-    ("tpot_p99_ms_a", "TPOT p99 A"),
-    ("tpot_p99_ms_b", "TPOT p99 B"),
-    ("tpot_b_vs_a", "TPOT B vs A"),
-    ("total_p50_ms_a", "total p50 A"),
-    ("total_p50_ms_b", "total p50 B"),
-    ("total_p95_ms_a", "total p95 A"),
-    ("total_p95_ms_b", "total p95 B"),
-    ("total_p99_ms_a", "total p99 A"),
-    ("total_p99_ms_b", "total p99 B"),
-    ("total_b_vs_a", "total B vs A"),
-];
+/// per measure compared ([`COMPARED`]) p50/p95/p99 of A and B
+/// ([`percentile_column`](inferlog_store::model::measures::Measure::percentile_column)) and the mark.
+fn compare_columns() -> &'static [(&'static str, &'static str)] {
+    static COLUMNS: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    COLUMNS.get_or_init(|| {
+        let mut columns = vec![
+            ("input_bucket", "input"),
+            ("output_bucket", "output"),
+            ("requests_a", "requests A"),
+            ("requests_b", "requests B"),
+            ("share_a", "share A"),
+            ("share_b", "share B"),
+            ("error_share_a", "errors A"),
+            ("error_share_b", "errors B"),
+            ("errors_b_vs_a", "errors B vs A"),
+        ];
+        for m in COMPARED.map(|m| &MEASURES[m]) {
+            for level in LEVELS {
+                let (key, label) = m.percentile_column(level);
+                columns.extend([(leak(format!("{key}_a")), leak(format!("{label} A"))), (leak(format!("{key}_b")), leak(format!("{label} B")))]);
+            }
+            columns.push((leak(format!("{}_b_vs_a", m.key)), leak(format!("{} B vs A", m.label))));
+        }
+        columns
+    })
+}
 
 /// The quantiles marked: the body and the tail.
 const TESTED: [(f64, &str); 2] = [(0.5, "p50"), (0.99, "p99")];
@@ -165,21 +163,21 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
         }
     }
     for (s, name) in [(0, &v.a), (1, &v.b)] {
-        if rows.get(&(None, None)).is_none_or(|r| r.2[s].counts.requests == 0) {
+        if rows.get(&(None, None)).is_none_or(|r| r.2[s].counts.totals.requests == 0) {
             notes.push(format!("version {name} served no request of {model} in the range"));
         }
     }
 
-    let mut table = Table::new("compare", format!("{model}: {} (A) against {} (B) by input and output bucket", v.a, v.b), &COLUMNS);
+    let mut table = Table::new("compare", format!("{model}: {} (A) against {} (B) by input and output bucket", v.a, v.b), compare_columns());
     for ((input, output), (input_name, output_name, sides)) in &rows {
         // Output shares: of the version's requests in the input bucket; input rows: of all its requests.
         let whole = |s: usize| match (input, output) {
             (None, _) => None,
-            (Some(i), Some(_)) => rows.get(&(Some(*i), None)).map(|r| r.2[s].counts.requests),
-            (Some(_), None) => rows.get(&(None, None)).map(|r| r.2[s].counts.requests),
+            (Some(i), Some(_)) => rows.get(&(Some(*i), None)).map(|r| r.2[s].counts.totals.requests),
+            (Some(_), None) => rows.get(&(None, None)).map(|r| r.2[s].counts.totals.requests),
         };
         let mut row = vec![Cell::text(input_name.clone()), Cell::text(output_name.clone())];
-        row.extend(side_by_side(sides, [0, 1].map(|s| whole(s).and_then(|w| share(sides[s].counts.requests, w)))));
+        row.extend(side_by_side(sides, [0, 1].map(|s| whole(s).and_then(|w| share(sides[s].counts.totals.requests, w)))));
         table.push(row);
     }
 
@@ -199,16 +197,16 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
 fn side_by_side(sides: &[Summary; 2], shares: [Option<f64>; 2]) -> Vec<Cell> {
     let [a, b] = sides;
     let mut row = vec![
-        Cell::count(a.counts.requests),
-        Cell::count(b.counts.requests),
+        Cell::count(a.counts.totals.requests),
+        Cell::count(b.counts.totals.requests),
         Cell::num(shares[0], Kind::Share),
         Cell::num(shares[1], Kind::Share),
-        Cell::num(share(a.counts.errors, a.counts.requests), Kind::Share),
-        Cell::num(share(b.counts.errors, b.counts.requests), Kind::Share),
-        Cell::text(share_mark(a.counts.errors, a.counts.requests, b.counts.errors, b.counts.requests)),
+        Cell::num(share(a.counts.totals.errors, a.counts.totals.requests), Kind::Share),
+        Cell::num(share(b.counts.totals.errors, b.counts.totals.requests), Kind::Share),
+        Cell::text(share_mark(a.counts.totals.errors, a.counts.totals.requests, b.counts.totals.errors, b.counts.totals.requests)),
     ];
-    for m in [TTFT, TPOT, TOTAL] {
-        for q in [0.5, 0.95, 0.99] {
+    for m in COMPARED {
+        for q in LEVELS {
             row.extend([Cell::num(a.quantile(m, q), Kind::Ms), Cell::num(b.quantile(m, q), Kind::Ms)]);
         }
         row.push(Cell::text(latency_mark(a.hists[m].as_ref(), b.hists[m].as_ref())));
@@ -232,13 +230,13 @@ fn request_types(facts: &Facts, ctx: &Context, v: &Versions, notes: &mut Vec<Str
         days.len(),
         ctx.range.days()
     ));
-    let totals = [0, 1].map(|s| by_type.values().map(|sides| sides[s].counts.requests).sum::<u64>());
+    let totals = [0, 1].map(|s| by_type.values().map(|sides| sides[s].counts.totals.requests).sum::<u64>());
     let mut columns = vec![("request_type", "request type")];
-    columns.extend_from_slice(&COLUMNS[2..]);
+    columns.extend_from_slice(&compare_columns()[2..]);
     let mut table = Table::new("compare_request_types", "by request type (days read from rows)", &columns);
     for (name, sides) in &by_type {
         let mut row = vec![Cell::text(*name)];
-        row.extend(side_by_side(sides, [0, 1].map(|s| share(sides[s].counts.requests, totals[s]))));
+        row.extend(side_by_side(sides, [0, 1].map(|s| share(sides[s].counts.totals.requests, totals[s]))));
         table.push(row);
     }
     table
@@ -273,7 +271,7 @@ fn errors(facts: &Facts, ctx: &Context, v: &Versions, rows: &Rows) -> Table {
         ],
     );
     for ((code, input), (name, input_name, [x_a, x_b])) in by_code {
-        let n = |s: usize| rows.get(&(input, None)).map_or(0, |r| r.2[s].counts.requests);
+        let n = |s: usize| rows.get(&(input, None)).map_or(0, |r| r.2[s].counts.totals.requests);
         table.push(vec![
             Cell::count(code as u64),
             Cell::text(name),
@@ -353,7 +351,7 @@ mod tests {
 
     fn group(version: &str, input: &str, ttft_ms: f64, requests: u64) -> (GroupKey, GroupFacts) {
         let mut g = GroupFacts::default();
-        g.counts.requests = requests;
+        g.counts.totals.requests = requests;
         let mut h = Histogram::new();
         for i in 0..requests {
             h.add(ttft_ms + (i % 50) as f64);

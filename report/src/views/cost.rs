@@ -24,10 +24,10 @@ const COLUMNS: [(&str, &str); 7] = [
 
 fn cells(c: &Counts, total_cost: f64) -> Vec<Cell> {
     vec![
-        Cell::count(c.requests),
-        Cell::count(c.input_tokens),
-        Cell::count(c.cache_prefix_tokens),
-        Cell::count(c.output_tokens),
+        Cell::count(c.totals.requests),
+        Cell::count(c.totals.input_tokens),
+        Cell::count(c.totals.cache_prefix_tokens),
+        Cell::count(c.totals.output_tokens),
         Cell::num(c.cost(), Kind::of_cost(c)),
         Cell::num(c.cost().filter(|_| total_cost > 0.0).map(|cost| cost / total_cost), Kind::Share),
         Cell::count(c.unpriced_requests),
@@ -147,7 +147,15 @@ mod tests {
 
     fn add(f: &mut Facts, line: &str, model: &str, requests: u64, cost: Option<f64>) {
         let key = GroupKey::of(10, line, model, "v1", "0-1k");
-        let mut counts = Counts { requests, input_tokens: 100 * requests, output_tokens: 10 * requests, ..Counts::default() };
+        let mut counts = Counts {
+            totals: inferlog_store::model::fold::Totals {
+                requests,
+                input_tokens: 100 * requests,
+                output_tokens: 10 * requests,
+                ..inferlog_store::model::fold::Totals::default()
+            },
+            ..Counts::default()
+        };
         counts.price(cost);
         f.groups.insert(key, GroupFacts { counts, ..GroupFacts::default() });
     }

@@ -159,19 +159,19 @@ pub struct Step {
 fn success_step(facts: &Facts, now: Range, before: Range, gpus: bool) -> Step {
     let (now_s, before_s) = (summary(facts, now), summary(facts, before));
     let (cur, prev) = (now_s.counts, before_s.counts);
-    let z = proportions(prev.errors, prev.requests, cur.errors, cur.requests);
+    let z = proportions(prev.totals.errors, prev.totals.requests, cur.totals.errors, cur.totals.requests);
     // Error shares: 1 − the success rates.
     let (p, c) = (before_s.success_rate().map(|r| 1.0 - r), now_s.success_rate().map(|r| 1.0 - r));
     let up = p.zip(c).map(|(p, c)| c - p);
     let verdict = match Shift::of(z) {
         Shift::Higher if up.is_some_and(|u| u >= MIN_ERROR_POINTS) => Verdict::Worse,
-        Shift::TooFew if prev.requests == 0 || cur.requests == 0 || prev.errors + cur.errors > 0 => Verdict::TooFew,
+        Shift::TooFew if prev.totals.requests == 0 || cur.totals.requests == 0 || prev.totals.errors + cur.totals.errors > 0 => Verdict::TooFew,
         _ => Verdict::Fine,
     };
     let mut explanations = Vec::new();
     if verdict == Verdict::Worse {
         let mut parts: BTreeMap<(usize, String), f64> = BTreeMap::new();
-        for (range, n, sign) in [(now, cur.requests, 1.0), (before, prev.requests, -1.0)] {
+        for (range, n, sign) in [(now, cur.totals.requests, 1.0), (before, prev.totals.requests, -1.0)] {
             for (k, e) in facts.errors.iter().filter(|(k, _)| range.contains(k.day)) {
                 for d in 0..DIMENSIONS.len() {
                     if let Some(v) = error_value(d, k, &e.name) {
@@ -180,7 +180,7 @@ fn success_step(facts: &Facts, now: Range, before: Range, gpus: bool) -> Step {
                 }
             }
             for ((_, id), g) in facts.gpus.iter().filter(|((day, _), _)| gpus && range.contains(*day)) {
-                *parts.entry((GPU, gpu_value(*id))).or_default() += sign * g.counts.errors as f64 / n as f64;
+                *parts.entry((GPU, gpu_value(*id))).or_default() += sign * g.counts.totals.errors as f64 / n as f64;
             }
         }
         explanations = explain(&parts, up.unwrap_or(0.0));
@@ -350,8 +350,8 @@ mod tests {
     /// `n` requests of one line × input bucket on `day`: TTFT = queue + 100 ms.
     fn add(f: &mut Facts, day: i32, line: &str, input: &str, n: u64, queue_ms: f64) {
         let mut g = GroupFacts::default();
-        g.counts.requests = n;
-        g.counts.input_tokens = n * 1000;
+        g.counts.totals.requests = n;
+        g.counts.totals.input_tokens = n * 1000;
         for (m, base) in [(QUEUE, queue_ms), (PREFILL, 100.0), (TTFT, queue_ms + 100.0)] {
             let mut h = Histogram::new();
             for i in 0..n {

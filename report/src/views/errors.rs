@@ -45,9 +45,9 @@ fn count(facts: &Facts, range: Range) -> Counted {
     }
     let mut requests: BTreeMap<(String, String), u64> = BTreeMap::new();
     for (k, g) in groups(facts, range, |_| true) {
-        *requests.entry((k.business_line.clone(), k.input_bucket.clone())).or_default() += g.counts.requests;
+        *requests.entry((k.business_line.clone(), k.input_bucket.clone())).or_default() += g.counts.totals.requests;
         // Days aggregated before errors had input buckets count against their whole line.
-        *requests.entry((k.business_line.clone(), "*".to_owned())).or_default() += g.counts.requests;
+        *requests.entry((k.business_line.clone(), "*".to_owned())).or_default() += g.counts.totals.requests;
     }
     (errors, requests)
 }
@@ -131,7 +131,7 @@ mod tests {
 
     fn add(f: &mut Facts, day: i32, bucket: &str, requests: u64, code: i32, errors: u64) {
         let key = GroupKey::of(day, "chat", "m", "v", bucket);
-        f.groups.entry(key).or_default().counts.requests += requests;
+        f.groups.entry(key).or_default().counts.totals.requests += requests;
         let key = ErrorKey {
             day,
             business_line: "chat".into(),

@@ -100,7 +100,7 @@ pub fn tables(facts: &Facts, ctx: &Context, threshold_ms: u32, notes: &mut Vec<S
     let mut scopes: BTreeMap<String, Scope> = BTreeMap::new();
     let mut daily: BTreeMap<i32, u64> = BTreeMap::new();
     for (k, h) in facts.hours.iter().filter(|(k, _)| (first..last).contains(&k.hour)) {
-        *daily.entry(k.hour.div_euclid(24) as i32).or_default() += h.counts.requests;
+        *daily.entry(k.hour.div_euclid(24) as i32).or_default() += h.counts.totals.requests;
         for scope in ["fleet".to_owned(), k.model_name.clone()] {
             let s = scopes.entry(scope).or_default();
             match &h.minutes {

@@ -32,14 +32,14 @@ pub fn errors_by_code(facts: &Facts, range: Range) -> BTreeMap<(i32, String), u6
 pub fn metrics(facts: &Facts, range: Range, now_ms: i64, codes: &[(i32, String)]) -> Vec<Metric> {
     let s = summary(facts, range);
     let m = |key: &str, value: Option<f64>, kind: Kind| Metric { key: key.to_owned(), value, kind };
-    let requests = s.counts.requests as f64;
+    let requests = s.counts.totals.requests as f64;
     let mut out = vec![
         m("requests", Some(requests), Kind::Count),
         m("success_rate", s.success_rate(), Kind::Share),
         m("error_rate", s.success_rate().map(|r| 1.0 - r), Kind::Share),
         m("tokens_per_minute", facts.answered_minutes(range, now_ms).map(|minutes| s.counts.tokens() as f64 / minutes), Kind::Rate),
-        m("input_tokens", Some(s.counts.input_tokens as f64), Kind::Count),
-        m("output_tokens", Some(s.counts.output_tokens as f64), Kind::Count),
+        m("input_tokens", Some(s.counts.totals.input_tokens as f64), Kind::Count),
+        m("output_tokens", Some(s.counts.totals.output_tokens as f64), Kind::Count),
         m("cost_usd", s.counts.cost(), Kind::of_cost(&s.counts)),
         m("unpriced_requests", Some(s.counts.unpriced_requests as f64), Kind::Count),
     ];
@@ -121,7 +121,7 @@ pub fn tables(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Vec<Tabl
     );
     for code in &codes {
         let (a, b) = (e_now.get(code).copied().unwrap_or(0), e_before.get(code).copied().unwrap_or(0));
-        let (sa, sb) = (share(a, s_now.counts.requests), share(b, s_before.counts.requests));
+        let (sa, sb) = (share(a, s_now.counts.totals.requests), share(b, s_before.counts.totals.requests));
         by_code.push(vec![
             Cell::text(code.0.to_string()),
             Cell::text(code.1.clone()),
@@ -142,7 +142,15 @@ mod tests {
 
     fn day_of_traffic(f: &mut Facts, day: i32, requests: u64, errors: u64) {
         let key = GroupKey::of(day, "chat", "m", "v1", "0-1k");
-        let counts = Counts { requests, errors, input_tokens: 1440 * requests, ..Counts::default() };
+        let counts = Counts {
+            totals: inferlog_store::model::fold::Totals {
+                requests,
+                errors,
+                input_tokens: 1440 * requests,
+                ..inferlog_store::model::fold::Totals::default()
+            },
+            ..Counts::default()
+        };
         f.groups.insert(key, GroupFacts { counts, ..GroupFacts::default() });
     }
 

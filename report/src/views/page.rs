@@ -27,11 +27,15 @@ pub fn hourly(facts: &Facts, ctx: &Context) -> Table {
     }
     let mut columns = vec![("hour", "hour (UTC)"), ("requests", "requests"), ("tokens", "tokens"), ("errors", "errors")];
     // TTFT and TPOT p50/p95/p99, as the latency view names them.
-    columns.extend_from_slice(&latency::PERCENTILE_COLUMNS[3 * TTFT..3 * (TPOT + 1)]);
+    columns.extend_from_slice(&latency::percentile_columns()[3 * TTFT..3 * (TPOT + 1)]);
     let mut table = Table::new("hourly", "requests, tokens and TTFT/TPOT percentiles (ms) per hour", &columns);
     for (hour, (c, hists)) in hours {
-        let mut row =
-            vec![Cell::text(crate::views::minute_string(hour * 60)), Cell::count(c.requests), Cell::count(c.tokens()), Cell::count(c.errors)];
+        let mut row = vec![
+            Cell::text(crate::views::minute_string(hour * 60)),
+            Cell::count(c.totals.requests),
+            Cell::count(c.tokens()),
+            Cell::count(c.totals.errors),
+        ];
         for m in [TTFT, TPOT] {
             row.extend([0.5, 0.95, 0.99].map(|q| Cell::num(hists[m].as_ref().and_then(|h| h.quantile(q)), Kind::Ms)));
         }

@@ -111,7 +111,7 @@ fn line_loads(facts: &Facts, hour: i64) -> BTreeMap<String, Load> {
     let mut out: BTreeMap<String, Load> = BTreeMap::new();
     for (k, h) in facts.hours.iter().filter(|(k, _)| k.hour == hour) {
         let l = out.entry(k.business_line.clone()).or_default();
-        l.requests += h.counts.requests as f64;
+        l.requests += h.counts.totals.requests as f64;
         l.tokens += h.counts.tokens() as f64;
     }
     out
@@ -294,7 +294,10 @@ mod tests {
 
     fn hour_facts(facts: &mut Facts, hour: i64, line: &str, requests: u64, tokens: u64) {
         let key = HourKey { hour, business_line: line.into(), model_name: "m".into(), model_version: "v".into() };
-        let counts = Counts { requests, input_tokens: tokens, ..Counts::default() };
+        let counts = Counts {
+            totals: inferlog_store::model::fold::Totals { requests, input_tokens: tokens, ..inferlog_store::model::fold::Totals::default() },
+            ..Counts::default()
+        };
         facts.hours.insert(key, HourFacts { counts, ..HourFacts::default() });
     }
 

@@ -94,8 +94,10 @@ pub struct ErrorRow {
     pub errors: u64,
 }
 
-/// The additive figures of a daily group.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The additive figures of any set of requests: a daily group's as the
+/// fold counts them, as ClickHouse counts them (the compactor's
+/// `AggregateRow`), and the report's figures before their cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     pub requests: u64,
     pub errors: u64,
@@ -107,6 +109,16 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Adds `other`'s figures to these.
+    pub fn add(&mut self, other: &Totals) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_hits += other.cache_hits;
+        self.cache_prefix_tokens += other.cache_prefix_tokens;
+    }
+
     /// The token sums these totals are priced from.
     pub fn usage(&self) -> Usage {
         Usage {

@@ -19,6 +19,15 @@ pub struct Measure {
     pub label: &'static str,
 }
 
+impl Measure {
+    /// The report's column of this measure at `level`: its key
+    /// (`ttft_p50_ms`) and its label (`TTFT p50`).
+    pub fn percentile_column(&self, level: f64) -> (String, String) {
+        let level = (level * 100.0).round();
+        (format!("{}_p{level}_ms", self.key), format!("{} p{level}", self.label))
+    }
+}
+
 const fn m(expr: &'static str, prefix: &'static str, key: &'static str, label: &'static str) -> Measure {
     Measure { expr, prefix, key, label }
 }
