@@ -3,9 +3,7 @@
 //! `[retention]`, `[cost]`, `[budgets]` and `[sampling]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides, validated once.
 
 use std::net::SocketAddr;
-use std::path::Path;
 
-use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
 use inferlog_store::budget::BudgetsConfig;
 pub use inferlog_store::config::CompactorConfig;
@@ -14,40 +12,25 @@ use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConf
 
 use crate::error::CompactorError;
 
-/// Everything the compactor reads from the config file.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Config {
-    pub schema: ContractConfig,
-    pub clickhouse: ClickHouseConfig,
-    pub postgres: PostgresConfig,
-    pub cold: ColdConfig,
-    pub retention: RetentionConfig,
-    pub cost: CostConfig,
-    pub budgets: BudgetsConfig,
-    pub compactor: CompactorConfig,
-    pub sampling: SamplingConfig,
+inferlog_schema::binary_config! {
+    /// Everything the compactor reads from the config file.
+    pub struct Config: CompactorError {
+        schema: ContractConfig,
+        clickhouse: ClickHouseConfig,
+        postgres: PostgresConfig,
+        cold: ColdConfig,
+        retention: RetentionConfig,
+        cost: CostConfig,
+        budgets: BudgetsConfig,
+        compactor: CompactorConfig,
+        sampling: SamplingConfig,
+    }
 }
 
 impl Config {
-    pub fn load(path: &Path) -> Result<Config, CompactorError> {
-        let root = load_config_value(Some(path), std::env::vars()).map_err(inferlog_store::StoreError::from)?;
-        let config = Config {
-            schema: section(&root, "schema").map_err(inferlog_store::StoreError::from)?,
-            clickhouse: section(&root, "clickhouse").map_err(inferlog_store::StoreError::from)?,
-            postgres: section(&root, "postgres").map_err(inferlog_store::StoreError::from)?,
-            cold: section(&root, "cold").map_err(inferlog_store::StoreError::from)?,
-            retention: section(&root, "retention").map_err(inferlog_store::StoreError::from)?,
-            cost: section(&root, "cost").map_err(inferlog_store::StoreError::from)?,
-            budgets: section(&root, "budgets").map_err(inferlog_store::StoreError::from)?,
-            compactor: section(&root, "compactor").map_err(inferlog_store::StoreError::from)?,
-            sampling: section(&root, "sampling").map_err(inferlog_store::StoreError::from)?,
-        };
-        config.validate()?;
-        Ok(config)
-    }
-
+    /// The one validation step: each table's own checks, then the compactor's.
     pub fn validate(&self) -> Result<(), CompactorError> {
-        self.schema.validate().map_err(inferlog_store::StoreError::from)?;
+        self.schema.validate()?;
         self.clickhouse.validate()?;
         self.postgres.validate()?;
         self.cold.validate()?;

@@ -54,3 +54,10 @@ impl inferlog_schema::Classified for CompactorError {
         CompactorError::class(self)
     }
 }
+
+/// A config file that does not load: the store's config error, with its class.
+impl From<inferlog_schema::SchemaError> for CompactorError {
+    fn from(e: inferlog_schema::SchemaError) -> CompactorError {
+        CompactorError::Store(StoreError::from(e))
+    }
+}

@@ -17,16 +17,28 @@ use serde::Serialize;
 #[derive(Debug)]
 pub struct Section {
     pub name: &'static str,
-    pub read_by: &'static str,
+    /// The binaries whose config has this table ([`READERS`]), comma-separated.
+    pub read_by: String,
     schema: serde_json::Value,
     defaults: toml::Table,
 }
 
+/// Every binary and the tables it reads, as its own config type declares
+/// them (`inferlog-schema` reads `[schema]` alone).
+pub const READERS: [(&str, &[&str]); 5] = [
+    ("ingest", inferlog_ingest::Config::SECTIONS),
+    ("compactor", inferlog_compactor::Config::SECTIONS),
+    ("retention", inferlog_retention::Config::SECTIONS),
+    ("report", inferlog_report::Config::SECTIONS),
+    ("inferlog-schema", &["schema"]),
+];
+
 impl Section {
-    fn of<T: JsonSchema + Serialize + Default>(name: &'static str, read_by: &'static str) -> Section {
+    fn of<T: JsonSchema + Serialize + Default>(name: &'static str) -> Section {
         let schema = schemars::schema_for!(T).to_value();
         let defaults = toml::Table::try_from(T::default()).unwrap_or_else(|e| panic!("[{name}] defaults are not a TOML table: {e}"));
-        Section { name, read_by, schema, defaults }
+        let readers: Vec<&str> = READERS.iter().filter(|(_, tables)| tables.contains(&name)).map(|(binary, _)| *binary).collect();
+        Section { name, read_by: readers.join(", "), schema, defaults }
     }
 
     /// The doc comment of the table's type.
@@ -47,19 +59,19 @@ impl Section {
 pub fn sections() -> Vec<Section> {
     use inferlog_store::config::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig};
     vec![
-        Section::of::<inferlog_schema::ContractConfig>("schema", "ingest, compactor, retention, inferlog-schema"),
-        Section::of::<inferlog_store::kafka::KafkaConfig>("kafka", "ingest; retention (the DLQ topic)"),
-        Section::of::<inferlog_store::config::IngestConfig>("ingest", "ingest"),
-        Section::of::<inferlog_store::ServiceMetricsConfig>("service_metrics", "ingest (its live service metrics)"),
-        Section::of::<inferlog_store::OtlpConfig>("otlp", "ingest (spans of topics encoded as OTLP)"),
-        Section::of::<ClickHouseConfig>("clickhouse", "ingest, compactor, retention"),
-        Section::of::<PostgresConfig>("postgres", "compactor, retention, report"),
-        Section::of::<ColdConfig>("cold", "compactor, retention"),
-        Section::of::<inferlog_store::config::CompactorConfig>("compactor", "compactor"),
-        Section::of::<inferlog_store::SamplingConfig>("sampling", "compactor (the archive)"),
-        Section::of::<RetentionConfig>("retention", "compactor (hot_days), retention"),
-        Section::of::<inferlog_store::cost::CostConfig>("cost", "compactor, report"),
-        Section::of::<inferlog_store::budget::BudgetsConfig>("budgets", "compactor, report"),
+        Section::of::<inferlog_schema::ContractConfig>("schema"),
+        Section::of::<inferlog_store::kafka::KafkaConfig>("kafka"),
+        Section::of::<inferlog_store::config::IngestConfig>("ingest"),
+        Section::of::<inferlog_store::ServiceMetricsConfig>("service_metrics"),
+        Section::of::<inferlog_store::OtlpConfig>("otlp"),
+        Section::of::<ClickHouseConfig>("clickhouse"),
+        Section::of::<PostgresConfig>("postgres"),
+        Section::of::<ColdConfig>("cold"),
+        Section::of::<inferlog_store::config::CompactorConfig>("compactor"),
+        Section::of::<inferlog_store::SamplingConfig>("sampling"),
+        Section::of::<RetentionConfig>("retention"),
+        Section::of::<inferlog_store::cost::CostConfig>("cost"),
+        Section::of::<inferlog_store::budget::BudgetsConfig>("budgets"),
     ]
 }
 
@@ -178,6 +190,16 @@ mod tests {
         };
         let table: toml::Table = format!("v = {literal}").parse().ok()?;
         table.get("v").cloned()
+    }
+
+    /// The tables listed are exactly those some binary reads, each read by someone.
+    #[test]
+    fn the_tables_are_the_ones_the_binaries_read() {
+        let listed: std::collections::BTreeSet<&str> = sections().iter().map(|s| s.name).collect();
+        let read: std::collections::BTreeSet<&str> = READERS.iter().flat_map(|(_, tables)| tables.iter().copied()).collect();
+        assert_eq!(listed, read);
+        let report = sections().into_iter().find(|s| s.name == "cold").expect("[cold]").read_by;
+        assert_eq!(report, "ingest, compactor, retention, report", "dlq replay and the report read the archive too");
     }
 
     #[test]

@@ -5,9 +5,7 @@
 //! files, never from this file's values or the command line.
 
 use std::net::SocketAddr;
-use std::path::Path;
 
-use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
 pub use inferlog_store::config::{
     ClickHouseConfig, ColdConfig, IngestConfig, OtlpConfig, PostgresConfig, RetentionConfig, ServiceMetricsConfig, CLICKHOUSE_PASSWORD_ENV,
@@ -18,46 +16,30 @@ pub use inferlog_store::kafka::{
 
 use crate::error::IngestError;
 
-/// Everything `inferlog-ingest` reads from the config file, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    pub schema: ContractConfig,
-    pub kafka: KafkaConfig,
-    pub clickhouse: ClickHouseConfig,
-    pub ingest: IngestConfig,
-    pub service_metrics: ServiceMetricsConfig,
-    pub otlp: OtlpConfig,
-    /// Read for `dlq inspect`, which compares the DLQ's oldest message with
-    /// `hot_days`; validated by the retention and compactor daemons.
-    pub retention: RetentionConfig,
-    /// The catalog, for `dlq replay` (its ledger, lock and audit rows);
-    /// the daemon connects to it only for a day at the hot policy's edge
-    /// ([`crate::late_days`]).
-    pub postgres: PostgresConfig,
-    /// The archive, for `dlq replay` of a day already released from the
-    /// hot tier (its rows are looked up there); the daemon never reads it.
-    pub cold: ColdConfig,
+inferlog_schema::binary_config! {
+    /// Everything `inferlog-ingest` reads from the config file, validated.
+    pub struct Config: IngestError {
+        schema: ContractConfig,
+        kafka: KafkaConfig,
+        clickhouse: ClickHouseConfig,
+        ingest: IngestConfig,
+        service_metrics: ServiceMetricsConfig,
+        otlp: OtlpConfig,
+        /// Read for `dlq inspect`, which compares the DLQ's oldest message with
+        /// `hot_days`; validated by the retention and compactor daemons.
+        retention: RetentionConfig,
+        /// The catalog, for `dlq replay` (its ledger, lock and audit rows);
+        /// the daemon connects to it only for a day at the hot policy's edge
+        /// ([`crate::late_days`]).
+        postgres: PostgresConfig,
+        /// The archive, for `dlq replay` of a day already released from the
+        /// hot tier (its rows are looked up there); the daemon never reads it.
+        cold: ColdConfig,
+    }
 }
 
 impl Config {
-    /// Loads the file, applies environment overrides and validates once.
-    pub fn load(path: &Path) -> Result<Config, IngestError> {
-        let root = load_config_value(Some(path), std::env::vars())?;
-        let config = Config {
-            schema: section(&root, "schema")?,
-            kafka: section(&root, "kafka")?,
-            clickhouse: section(&root, "clickhouse")?,
-            ingest: section(&root, "ingest")?,
-            service_metrics: section(&root, "service_metrics")?,
-            otlp: section(&root, "otlp")?,
-            retention: section(&root, "retention")?,
-            postgres: section(&root, "postgres")?,
-            cold: section(&root, "cold")?,
-        };
-        config.validate()?;
-        Ok(config)
-    }
-
+    /// The one validation step: each table's own checks, then what ties them.
     pub fn validate(&self) -> Result<(), IngestError> {
         self.schema.validate()?;
         let k = &self.kafka;

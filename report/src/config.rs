@@ -3,9 +3,6 @@
 //! error dictionary), `[cost]` and `[budgets]` tables, with `INFERLOG_<TABLE>__<KEY>` overrides,
 //! validated once. Other commands' tables are ignored.
 
-use std::path::Path;
-
-use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
 use inferlog_store::budget::BudgetsConfig;
 use inferlog_store::cost::CostConfig;
@@ -13,32 +10,20 @@ use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig};
 
 use crate::error::ReportError;
 
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Config {
-    pub clickhouse: ClickHouseConfig,
-    pub postgres: PostgresConfig,
-    pub cold: ColdConfig,
-    pub schema: ContractConfig,
-    pub cost: CostConfig,
-    pub budgets: BudgetsConfig,
+inferlog_schema::binary_config! {
+    /// Everything `inferlog-report` reads from the config file.
+    pub struct Config: ReportError {
+        clickhouse: ClickHouseConfig,
+        postgres: PostgresConfig,
+        cold: ColdConfig,
+        schema: ContractConfig,
+        cost: CostConfig,
+        budgets: BudgetsConfig,
+    }
 }
 
 impl Config {
-    pub fn load(path: &Path) -> Result<Config, ReportError> {
-        let bad = |e: inferlog_schema::SchemaError| ReportError::Config(e.to_string());
-        let root = load_config_value(Some(path), std::env::vars()).map_err(bad)?;
-        let config = Config {
-            clickhouse: section(&root, "clickhouse").map_err(bad)?,
-            postgres: section(&root, "postgres").map_err(bad)?,
-            cold: section(&root, "cold").map_err(bad)?,
-            schema: section(&root, "schema").map_err(bad)?,
-            cost: section(&root, "cost").map_err(bad)?,
-            budgets: section(&root, "budgets").map_err(bad)?,
-        };
-        config.validate()?;
-        Ok(config)
-    }
-
+    /// The one validation step: each table's own checks.
     pub fn validate(&self) -> Result<(), ReportError> {
         self.clickhouse.validate()?;
         self.postgres.validate()?;

@@ -30,3 +30,10 @@ impl inferlog_schema::Classified for ReportError {
         ReportError::class(self)
     }
 }
+
+/// A config file that does not load: the table and the reason, as a config error.
+impl From<inferlog_schema::SchemaError> for ReportError {
+    fn from(e: inferlog_schema::SchemaError) -> ReportError {
+        ReportError::Config(e.to_string())
+    }
+}

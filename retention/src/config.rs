@@ -2,41 +2,26 @@
 //! policies and the stores of every tier, plus `[kafka]` for the DLQ topic
 //! whose retention the audit checks.
 
-use std::path::Path;
-
-use inferlog_schema::config::{load_config_value, section};
 use inferlog_schema::ContractConfig;
 use inferlog_store::kafka::KafkaConfig;
 use inferlog_store::{ClickHouseConfig, ColdConfig, PostgresConfig, RetentionConfig, StoreError};
 
 use crate::error::RetentionError;
 
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Config {
-    pub schema: ContractConfig,
-    pub kafka: KafkaConfig,
-    pub clickhouse: ClickHouseConfig,
-    pub postgres: PostgresConfig,
-    pub cold: ColdConfig,
-    pub retention: RetentionConfig,
+inferlog_schema::binary_config! {
+    /// Everything `inferlog-retention` reads from the config file.
+    pub struct Config: RetentionError {
+        schema: ContractConfig,
+        kafka: KafkaConfig,
+        clickhouse: ClickHouseConfig,
+        postgres: PostgresConfig,
+        cold: ColdConfig,
+        retention: RetentionConfig,
+    }
 }
 
 impl Config {
-    pub fn load(path: &Path) -> Result<Config, RetentionError> {
-        let bad = |e: inferlog_schema::SchemaError| RetentionError::Config(e.to_string());
-        let root = load_config_value(Some(path), std::env::vars()).map_err(bad)?;
-        let config = Config {
-            schema: section(&root, "schema").map_err(bad)?,
-            kafka: section(&root, "kafka").map_err(bad)?,
-            clickhouse: section(&root, "clickhouse").map_err(bad)?,
-            postgres: section(&root, "postgres").map_err(bad)?,
-            cold: section(&root, "cold").map_err(bad)?,
-            retention: section(&root, "retention").map_err(bad)?,
-        };
-        config.validate()?;
-        Ok(config)
-    }
-
+    /// The one validation step: each table's own checks, then retention's.
     pub fn validate(&self) -> Result<(), RetentionError> {
         let bad = |e: StoreError| RetentionError::Config(e.to_string());
         self.schema.validate().map_err(|e| RetentionError::Config(e.to_string()))?;

@@ -42,3 +42,10 @@ impl inferlog_schema::Classified for RetentionError {
         RetentionError::class(self)
     }
 }
+
+/// A config file that does not load: the table and the reason, as a config error.
+impl From<inferlog_schema::SchemaError> for RetentionError {
+    fn from(e: inferlog_schema::SchemaError) -> RetentionError {
+        RetentionError::Config(e.to_string())
+    }
+}

@@ -106,6 +106,52 @@ impl ContractConfig {
     }
 }
 
+/// Declares everything one binary reads from the config file, once: a
+/// field per table, named as the table. Generates the struct (with
+/// `Default`), `SECTIONS` (the tables it reads: the example config's
+/// "Read by" lines are derived from them) and `load` (the file with its
+/// `INFERLOG_<TABLE>__<KEY>` overrides, each table deserialized with its
+/// unknown keys refused, then the binary's one validation step, its
+/// `validate`). The error type must convert from [`SchemaError`].
+///
+/// ```ignore
+/// inferlog_schema::binary_config! {
+///     /// Everything the compactor reads.
+///     pub struct Config: CompactorError {
+///         schema: ContractConfig,
+///         compactor: CompactorConfig,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! binary_config {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident : $error:ty {
+            $( $(#[$field_meta:meta])* $field:ident : $ty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Default)]
+        $vis struct $name {
+            $( $(#[$field_meta])* pub $field: $ty, )*
+        }
+
+        impl $name {
+            /// The tables of the config file this binary reads, in field order.
+            pub const SECTIONS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// Loads the file at `path`, applies environment overrides and validates once.
+            pub fn load(path: &::std::path::Path) -> ::std::result::Result<$name, $error> {
+                let root = $crate::config::load_config_value(Some(path), ::std::env::vars()).map_err(<$error>::from)?;
+                let config = $name { $( $field: $crate::config::section(&root, stringify!($field)).map_err(<$error>::from)?, )* };
+                config.validate()?;
+                Ok(config)
+            }
+        }
+    };
+}
+
 /// Environment variables that carry secrets, never config overrides.
 const SECRET_VARIABLES: [&str; 2] = [crate::hash::KEY_ENV, crate::hash::KEY_FILE_ENV];
 
