@@ -5,7 +5,10 @@
 //!
 //! Run: `cargo bench -p inferlog-ingest --bench otlp`. Criterion reports
 //! elements/s on one thread (events per second per core); one element is
-//! one event.
+//! one event. It ends by printing each OTLP encoding's ratio to JSON,
+//! medians of rounds taken in turn (the goal: at least 1).
+
+#![allow(clippy::print_stderr)]
 
 use std::sync::Arc;
 
@@ -108,6 +111,7 @@ fn bench(c: &mut Criterion) {
     let normalizer = Normalizer::new(contract, hasher, &OtlpConfig::default(), 1, None).expect("one thread");
     let received_ms = 1_793_491_200_000;
 
+    let mut runs: Vec<(&str, Vec<Input<'_>>)> = Vec::new();
     let mut group = c.benchmark_group("event");
     group.throughput(Throughput::Elements(EVENTS as u64));
     for (name, payloads, encoding) in
@@ -119,15 +123,40 @@ fn bench(c: &mut Criterion) {
         let rows: usize =
             normalizer.normalize(&inputs, received_ms).iter().map(|p| p.outcomes.iter().filter(|o| matches!(o, Outcome::Row { .. })).count()).sum();
         assert_eq!(rows, EVENTS, "{name}: every event a row");
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                for chunk in inputs.chunks(2048) {
-                    black_box(normalizer.normalize(black_box(chunk), received_ms));
-                }
-            })
-        });
+        group.bench_function(name, |b| b.iter(|| normalize_all(&normalizer, &inputs, received_ms)));
+        runs.push((name, inputs));
     }
     group.finish();
+    // The goal is a ratio: the encodings taken in turn, round after round,
+    // so the machine's noise falls on each alike.
+    let mut seconds: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    for _ in 0..15 {
+        for ((_, inputs), times) in runs.iter().zip(&mut seconds) {
+            let start = std::time::Instant::now();
+            normalize_all(&normalizer, inputs, received_ms);
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    let median = |times: &mut Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    };
+    let json = median(&mut seconds[0]);
+    for ((name, _), times) in runs.iter().zip(&mut seconds).skip(1) {
+        let t = median(times);
+        eprintln!(
+            "events/s per core, medians of 15 alternated rounds: {name} {:.0}k, json {:.0}k, ratio {:.3}",
+            EVENTS as f64 / t / 1e3,
+            EVENTS as f64 / json / 1e3,
+            json / t
+        );
+    }
+}
+
+fn normalize_all(normalizer: &Normalizer, inputs: &[Input<'_>], received_ms: i64) {
+    for chunk in inputs.chunks(2048) {
+        black_box(normalizer.normalize(black_box(chunk), received_ms));
+    }
 }
 
 criterion_group!(benches, bench);

@@ -109,36 +109,15 @@ mod tests {
         assert!(e.to_string().contains("INFERLOG_KAFKA_PASSWORD"), "{e}");
         let mut options = KafkaConfig::default();
         options.options.insert("sasl.password".into(), "x".into());
-        let config = Config {
-            schema: ContractConfig::default(),
-            kafka: options,
-            clickhouse: ClickHouseConfig::default(),
-            ingest: IngestConfig::default(),
-            service_metrics: ServiceMetricsConfig::default(),
-            otlp: OtlpConfig::default(),
-            retention: RetentionConfig::default(),
-            postgres: PostgresConfig::default(),
-            cold: ColdConfig::default(),
-        };
+        let config = Config { kafka: options, ..Config::default() };
         let e = config.validate().expect_err("secrets are refused in kafka.options");
         assert!(e.to_string().contains("sasl.password") && !e.to_string().contains("\"x\""), "{e}");
     }
 
     #[test]
     fn defaults_are_valid_and_unknown_keys_are_refused() {
-        let config = Config {
-            schema: ContractConfig::default(),
-            kafka: KafkaConfig::default(),
-            clickhouse: ClickHouseConfig::default(),
-            ingest: IngestConfig::default(),
-            service_metrics: ServiceMetricsConfig::default(),
-            otlp: OtlpConfig::default(),
-            retention: RetentionConfig::default(),
-            postgres: PostgresConfig::default(),
-            cold: ColdConfig::default(),
-        };
-        config.validate().expect("defaults are valid");
-        let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..config.clone() };
+        Config::default().validate().expect("defaults are valid");
+        let no_normalizer = Config { ingest: IngestConfig { normalize_threads: 0, ..IngestConfig::default() }, ..Config::default() };
         let e = no_normalizer.validate().expect_err("no thread to normalize on");
         assert!(e.to_string().contains("normalize_threads"), "{e}");
         let dir = tempfile::tempdir().expect("tempdir");

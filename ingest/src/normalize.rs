@@ -16,7 +16,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use inferlog_schema::{Contract, Rejection, UserIdHasher};
+use inferlog_schema::{Contract, Normalized, Rejection, UserIdHasher};
 use inferlog_store::config::OtlpConfig;
 use inferlog_store::kafka::TopicEncoding;
 use inferlog_store::model::rows::HotRow;
@@ -49,14 +49,15 @@ pub struct Input<'a> {
     pub encoding: TopicEncoding,
 }
 
-/// Where an event came from in an OTLP message, and the event the span
-/// mapped to (what the DLQ keeps if it is refused).
+/// Where a refused event came from in an OTLP message, and the event the
+/// span mapped to (what the DLQ keeps).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Span {
     pub index: u32,
     /// Hex, as OTLP/JSON writes them.
     pub trace_id: String,
     pub span_id: String,
+    /// The event it mapped to, as JSON.
     pub event: Vec<u8>,
 }
 
@@ -77,8 +78,9 @@ pub enum Outcome {
         dropped_fields: usize,
         /// What it adds to the service metrics (when they are on).
         observation: Option<Observation>,
-        /// Set for a span.
-        span: Option<Box<Span>>,
+        /// A span's index in its message (its ids and event are written
+        /// only if the row is refused later: [`Normalizer::span`]).
+        span: Option<u32>,
     },
     /// Refused; for a span, with the span (a message of an OTLP topic
     /// refused whole, `otlp.malformed`, has none).
@@ -89,7 +91,8 @@ impl Outcome {
     /// Its index in its message: the span's, 0 for a JSON event.
     pub fn index(&self) -> u32 {
         match self {
-            Outcome::Row { span, .. } | Outcome::Rejected(_, span) => span.as_ref().map_or(0, |s| s.index),
+            Outcome::Row { span, .. } => span.unwrap_or(0),
+            Outcome::Rejected(_, span) => span.as_ref().map_or(0, |s| s.index),
         }
     }
 }
@@ -170,13 +173,15 @@ impl Normalizer {
         };
         let mut piece = Piece::default();
         let outcome = self.event(input.payload, input, index, received_ms, ingested_at, &mut Cache::default(), &mut piece.bytes);
-        let span = |event: &[u8]| Some(Box::new(Span { index, trace_id: String::new(), span_id: String::new(), event: event.to_vec() }));
         piece.outcomes.push(match outcome {
             Ok(Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, .. }) => {
-                Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: span(input.payload) }
+                Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: Some(index) }
             }
             Ok(rejected) => rejected,
-            Err(rejection) => Outcome::Rejected(rejection, span(input.payload)),
+            Err(rejection) => {
+                let span = Span { index, trace_id: String::new(), span_id: String::new(), event: input.payload.to_vec() };
+                Outcome::Rejected(rejection, Some(Box::new(span)))
+            }
         });
         piece.messages.push(MessageEnd { end: 1, skipped_spans: 0 });
         piece
@@ -219,6 +224,11 @@ impl Normalizer {
         bytes: &mut Vec<u8>,
     ) -> Result<Outcome, Rejection> {
         let normalized = self.contract.normalize(payload, Some(received_ms), &self.hasher)?;
+        Ok(self.row(normalized, input, index, ingested_at, cache, bytes))
+    }
+
+    /// Encodes a valid event at `index` of its message.
+    fn row(&self, normalized: Normalized, input: &Input<'_>, index: u32, ingested_at: u32, cache: &mut Cache, bytes: &mut Vec<u8>) -> Outcome {
         let fingerprint = fingerprint(&normalized.event.request_id);
         let timestamp_ms = normalized.event.timestamp_ms;
         let mut row = HotRow::new(normalized.event, input.topic.clone(), input.partition, input.offset, ingested_at);
@@ -227,7 +237,7 @@ impl Normalizer {
         let event = row.encode(bytes);
         let content = content_hash(&bytes[start..start + event]);
         let observation = self.observer.as_ref().map(|o| o.observe(&row, cache));
-        Ok(Outcome::Row {
+        Outcome::Row {
             day: row.day,
             timestamp_ms,
             fingerprint,
@@ -236,37 +246,64 @@ impl Normalizer {
             dropped_fields: normalized.dropped_fields.len(),
             observation,
             span: None,
-        })
+        }
     }
 
     /// An OTLP message: one outcome per inference span, in message order;
-    /// returns how many spans were skipped.
+    /// returns how many spans were skipped. Each span's fields go to the
+    /// contract as they are
+    /// ([`MappedEvent::fields`](crate::otlp::MappedEvent::fields)); its
+    /// JSON and hex ids are written only for a reject.
     fn spans(&self, input: &Input<'_>, received_ms: i64, ingested_at: u32, cache: &mut Cache, piece: &mut Piece) -> u32 {
-        let traces = match otlp::decode(input.payload, input.encoding) {
-            Ok(traces) => traces,
-            Err(rejection) => {
-                piece.outcomes.push(Outcome::Rejected(rejection, None));
-                return 0;
+        let max_event_bytes = self.contract.config().max_event_bytes;
+        let decoded = otlp::decode(input.payload, input.encoding, |traces| {
+            let mut skipped = 0;
+            for s in otlp::spans(traces) {
+                let Mapped::Event(event) = self.mapper.map(&s) else {
+                    skipped += 1;
+                    continue;
+                };
+                let normalized = match event.fields(max_event_bytes) {
+                    Some(fields) => self.contract.normalize_fields(fields, Some(received_ms), &self.hasher),
+                    None => self.contract.normalize(&event.json(), Some(received_ms), &self.hasher),
+                };
+                let outcome = match normalized {
+                    Ok(normalized) => match self.row(normalized, input, s.index, ingested_at, cache, &mut piece.bytes) {
+                        Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, .. } => {
+                            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: Some(s.index) }
+                        }
+                        rejected => rejected,
+                    },
+                    Err(rejection) => Outcome::Rejected(rejection, Some(Box::new(refused(&s, event.json())))),
+                };
+                piece.outcomes.push(outcome);
             }
-        };
-        let mut skipped = 0;
-        for s in otlp::spans(&traces) {
-            let Mapped::Event(event) = self.mapper.map(&s) else {
-                skipped += 1;
-                continue;
-            };
-            let span = Span { index: s.index, trace_id: hex::encode(&s.span.trace_id), span_id: hex::encode(&s.span.span_id), event };
-            let outcome = match self.event(&span.event, input, s.index, received_ms, ingested_at, cache, &mut piece.bytes) {
-                Ok(Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, .. }) => {
-                    Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: Some(Box::new(span)) }
-                }
-                Ok(rejected) => rejected,
-                Err(rejection) => Outcome::Rejected(rejection, Some(Box::new(span))),
-            };
-            piece.outcomes.push(outcome);
-        }
-        skipped
+            skipped
+        });
+        decoded.unwrap_or_else(|rejection| {
+            piece.outcomes.push(Outcome::Rejected(rejection, None));
+            0
+        })
     }
+
+    /// Span `index` of an OTLP message, as a refusal keeps it (`None` if
+    /// the message holds no such inference span).
+    pub fn span(&self, payload: &[u8], encoding: TopicEncoding, index: u32) -> Option<Span> {
+        otlp::decode(payload, encoding, |traces| {
+            let s = otlp::spans(traces).find(|s| s.index == index)?;
+            match self.mapper.map(&s) {
+                Mapped::Event(event) => Some(refused(&s, event.json())),
+                Mapped::Skipped => None,
+            }
+        })
+        .ok()
+        .flatten()
+    }
+}
+
+/// A refused span: its place, its ids and the event it mapped to.
+fn refused(s: &otlp::ResourceSpan<'_>, event: Vec<u8>) -> Span {
+    Span { index: s.index, trace_id: hex::encode(s.span.trace_id), span_id: hex::encode(s.span.span_id), event }
 }
 
 /// A fixed-seed hash of a row's event bytes (the same in every process).
@@ -437,10 +474,19 @@ mod tests {
         };
         match &piece.outcomes[..3] {
             [Outcome::Row { range: a, span: Some(sa), .. }, Outcome::Rejected(r, Some(sb)), Outcome::Row { range: c, span: Some(sc), .. }] => {
-                assert_eq!((index_of(a), sa.index, index_of(c), sc.index), (1, 1, 4, 4));
+                assert_eq!((index_of(a), *sa, index_of(c), *sc), (1, 1, 4, 4));
                 assert_eq!((r.reason, r.field.as_str(), sb.index), (inferlog_schema::ReasonCode::FieldRange, "input_tokens", 2));
                 assert_eq!((sb.trace_id.as_str(), sb.span_id.as_str()), ("07070707070707070707070707070707", "ffffffffffffffff"));
                 assert!(String::from_utf8_lossy(&sb.event).contains("\"input_tokens\":-1"), "the DLQ keeps the span's event");
+                // A row's span is refused later (a conflict): written again
+                // from the message, as a reject keeps it.
+                let n = normalizer(1);
+                let later = n.span(&proto, TopicEncoding::OtlpProto, 4).expect("span 4");
+                let again: serde_json::Value = serde_json::from_slice(&later.event).expect("span 4's event");
+                assert_eq!((again["request_id"].as_str(), again["input_tokens"].as_i64()), (Some("c"), Some(12)), "{again}");
+                assert_eq!((later.index, later.span_id.as_str()), (4, "0c0c0c0c0c0c0c0c"));
+                assert_eq!(n.span(&proto, TopicEncoding::OtlpProto, 2).as_ref(), Some(&**sb), "the same as a reject's");
+                assert_eq!(n.span(&proto, TopicEncoding::OtlpProto, 0), None, "not an inference span");
             }
             other => panic!("{other:?}"),
         }

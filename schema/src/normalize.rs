@@ -112,6 +112,20 @@ impl Contract {
         Ok(Normalized { event, dropped_fields: slots.dropped })
     }
 
+    /// [`Contract::normalize`] of an event another decoder read into
+    /// [`Fields`] (an OTLP span's attributes): the same checks, reasons and
+    /// result as the JSON object of those fields, with no JSON in between.
+    /// The caller keeps the event within `max_event_bytes` as JSON
+    /// ([`Fields`] cannot measure that).
+    pub fn normalize_fields(&self, fields: Fields<'_>, now_ms: Option<i64>, hasher: &UserIdHasher) -> Result<Normalized, Rejection> {
+        let mut slots = fields.slots;
+        if let Some(rejection) = slots.rejection.take() {
+            return Err(rejection);
+        }
+        let event = self.assemble(&mut slots, now_ms, Some(hasher))?;
+        Ok(Normalized { event, dropped_fields: slots.dropped })
+    }
+
     fn assemble(&self, s: &mut Slots<'_>, now_ms: Option<i64>, hasher: Option<&UserIdHasher>) -> Result<InferenceEvent, Rejection> {
         let request_id = required(s.take(Slot::RequestId), Slot::RequestId, |g| request_id(&g))?;
         let timestamp_ms = required(s.take(Slot::Timestamp), Slot::Timestamp, |g| self.timestamp(&g, now_ms))?;
@@ -251,14 +265,14 @@ impl Contract {
     fn timestamp(&self, g: &Given<'_>, now_ms: Option<i64>) -> Result<Option<i64>, Rejection> {
         let name = g.name;
         let ms = match &g.value {
-            Raw::Str(s) => match parse_rfc3339_ms(s.trim()) {
+            FieldValue::Str(s) => match parse_rfc3339_ms(s.trim()) {
                 Ok(ms) => ms,
                 Err(TimestampError::Naive) => {
                     return Err(Rejection::new(ReasonCode::TimestampNaive, name, format!("{s:?} has no time-zone offset; add Z or ±hh:mm")))
                 }
                 Err(TimestampError::Malformed(why)) => return Err(Rejection::new(ReasonCode::FieldFormat, name, format!("{s:?}: {why}"))),
             },
-            Raw::Int(_) | Raw::UInt(_) | Raw::Float(_) => {
+            FieldValue::Int(_) | FieldValue::UInt(_) | FieldValue::Float(_) => {
                 let v = integer(g)?;
                 i64::try_from(v)
                     .map_err(|_| Rejection::new(ReasonCode::TimestampOutOfRange, name, format!("{v} is not a plausible epoch-ms time")))?
@@ -267,7 +281,7 @@ impl Contract {
         };
         if !(MIN_PLAUSIBLE_MS..MAX_PLAUSIBLE_MS).contains(&ms) {
             let hint = match &g.value {
-                Raw::Str(_) => "",
+                FieldValue::Str(_) => "",
                 _ if (MIN_PLAUSIBLE_MS / 1000..MAX_PLAUSIBLE_MS / 1000).contains(&ms) => " (looks like epoch seconds; milliseconds are expected)",
                 _ if (MIN_PLAUSIBLE_MS.saturating_mul(1000)..MAX_PLAUSIBLE_MS.saturating_mul(1000)).contains(&ms) => {
                     " (looks like epoch microseconds; milliseconds are expected)"
@@ -439,10 +453,11 @@ fn classify(key: &str) -> Key {
     Key::Field(slot, name)
 }
 
-/// One JSON value, borrowed from the input where it has no escapes.
-/// Arrays and objects are skipped, only their kind is kept.
+/// One field's value as given: a JSON value borrowed from the input where
+/// it has no escapes, or a value another decoder read (an OTLP attribute,
+/// [`Fields`]). Arrays and objects are skipped, only their kind is kept.
 #[derive(Debug, Clone, PartialEq)]
-enum Raw<'a> {
+pub enum FieldValue<'a> {
     Null,
     Bool(bool),
     Int(i64),
@@ -453,78 +468,78 @@ enum Raw<'a> {
     Object,
 }
 
-impl Raw<'_> {
+impl FieldValue<'_> {
     fn kind(&self) -> &'static str {
         match self {
-            Raw::Null => "null",
-            Raw::Bool(_) => "a boolean",
-            Raw::Int(_) | Raw::UInt(_) | Raw::Float(_) => "a number",
-            Raw::Str(_) => "a string",
-            Raw::Array => "an array",
-            Raw::Object => "an object",
+            FieldValue::Null => "null",
+            FieldValue::Bool(_) => "a boolean",
+            FieldValue::Int(_) | FieldValue::UInt(_) | FieldValue::Float(_) => "a number",
+            FieldValue::Str(_) => "a string",
+            FieldValue::Array => "an array",
+            FieldValue::Object => "an object",
         }
     }
 
     fn as_f64(&self) -> Option<f64> {
         match *self {
-            Raw::Int(i) => Some(i as f64),
-            Raw::UInt(u) => Some(u as f64),
-            Raw::Float(f) => Some(f),
+            FieldValue::Int(i) => Some(i as f64),
+            FieldValue::UInt(u) => Some(u as f64),
+            FieldValue::Float(f) => Some(f),
             _ => None,
         }
     }
 
     /// Equal as JSON values, with numbers compared by value (`5` == `5.0`).
-    fn same_as(&self, other: &Raw<'_>) -> bool {
+    fn same_as(&self, other: &FieldValue<'_>) -> bool {
         match (self.as_f64(), other.as_f64()) {
             (Some(a), Some(b)) => a == b,
             _ => match (self, other) {
-                (Raw::Str(a), Raw::Str(b)) => a.trim() == b.trim(),
+                (FieldValue::Str(a), FieldValue::Str(b)) => a.trim() == b.trim(),
                 (a, b) => a.kind() == b.kind() && format!("{a:?}") == format!("{b:?}"),
             },
         }
     }
 }
 
-impl<'de> Deserialize<'de> for Raw<'de> {
+impl<'de> Deserialize<'de> for FieldValue<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct RawVisitor;
         impl<'de> Visitor<'de> for RawVisitor {
-            type Value = Raw<'de>;
+            type Value = FieldValue<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON value")
             }
-            fn visit_unit<E>(self) -> Result<Raw<'de>, E> {
-                Ok(Raw::Null)
+            fn visit_unit<E>(self) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::Null)
             }
-            fn visit_bool<E>(self, v: bool) -> Result<Raw<'de>, E> {
-                Ok(Raw::Bool(v))
+            fn visit_bool<E>(self, v: bool) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::Bool(v))
             }
-            fn visit_i64<E>(self, v: i64) -> Result<Raw<'de>, E> {
-                Ok(Raw::Int(v))
+            fn visit_i64<E>(self, v: i64) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::Int(v))
             }
-            fn visit_u64<E>(self, v: u64) -> Result<Raw<'de>, E> {
-                Ok(Raw::UInt(v))
+            fn visit_u64<E>(self, v: u64) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::UInt(v))
             }
-            fn visit_f64<E>(self, v: f64) -> Result<Raw<'de>, E> {
-                Ok(Raw::Float(v))
+            fn visit_f64<E>(self, v: f64) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::Float(v))
             }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Raw<'de>, E> {
-                Ok(Raw::Str(Cow::Borrowed(v)))
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::Str(Cow::Borrowed(v)))
             }
-            fn visit_str<E>(self, v: &str) -> Result<Raw<'de>, E> {
-                Ok(Raw::Str(Cow::Owned(v.to_owned())))
+            fn visit_str<E>(self, v: &str) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::Str(Cow::Owned(v.to_owned())))
             }
-            fn visit_string<E>(self, v: String) -> Result<Raw<'de>, E> {
-                Ok(Raw::Str(Cow::Owned(v)))
+            fn visit_string<E>(self, v: String) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue::Str(Cow::Owned(v)))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Raw<'de>, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FieldValue<'de>, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Raw::Array)
+                Ok(FieldValue::Array)
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Raw<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FieldValue<'de>, A::Error> {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Raw::Object)
+                Ok(FieldValue::Object)
             }
         }
         deserializer.deserialize_any(RawVisitor)
@@ -560,7 +575,7 @@ impl<'de> Deserialize<'de> for KeyName<'de> {
 #[derive(Debug)]
 struct Given<'a> {
     name: &'static str,
-    value: Raw<'a>,
+    value: FieldValue<'a>,
 }
 
 /// Everything one pass over the JSON object collected.
@@ -593,7 +608,7 @@ impl Default for Slots<'_> {
 impl<'a> Slots<'a> {
     /// The value of a slot; JSON `null` counts as absent.
     fn take(&mut self, slot: Slot) -> Option<Given<'a>> {
-        self.fields[slot as usize].take().filter(|g| g.value != Raw::Null)
+        self.fields[slot as usize].take().filter(|g| g.value != FieldValue::Null)
     }
 
     /// A second value for a slot that holds `first`: a duplicate key (same
@@ -623,7 +638,7 @@ impl<'a> Slots<'a> {
     fn duration(&mut self, dur: usize) -> Result<Option<(f64, &'static str)>, Rejection> {
         let mut chosen: Option<(f64, &'static str)> = None;
         for (unit, slot) in self.durations[dur].iter_mut().enumerate() {
-            let Some(given) = slot.take().filter(|g| g.value != Raw::Null) else { continue };
+            let Some(given) = slot.take().filter(|g| g.value != FieldValue::Null) else { continue };
             let value = non_negative(&given)?;
             let ms = if UNITS[unit].1 >= 1.0 { value * UNITS[unit].1 } else { value / (1.0 / UNITS[unit].1).round() };
             match &chosen {
@@ -673,7 +688,7 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
                 Key::Duration(d, u) => (&mut self.durations[d][u], DURATION_KEYS[d][u]),
             };
             self.current_key = Some(Cow::Borrowed(name));
-            let value = map.next_value::<Raw<'de>>()?;
+            let value = map.next_value::<FieldValue<'de>>()?;
             let given = Given { name, value };
             match target {
                 None => *target = Some(given),
@@ -690,10 +705,47 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
     }
 }
 
+/// An event's fields as a decoder other than JSON reads them, in the
+/// order a JSON object would list them: what [`Contract::normalize_fields`]
+/// checks. A key is filed as the JSON scanner files it (contract names,
+/// aliases, durations in any unit; other keys are dropped), and a key given
+/// twice is judged as in JSON.
+#[derive(Debug, Default)]
+pub struct Fields<'a> {
+    slots: Slots<'a>,
+}
+
+impl<'a> Fields<'a> {
+    /// Adds `key` = `value`. A prompt field ([`PROMPT_FIELDS`]) is
+    /// dropped here unhashed: a decoder that carries prompts uses JSON.
+    pub fn insert(&mut self, key: &str, value: FieldValue<'a>) {
+        if self.slots.rejection.is_some() {
+            return;
+        }
+        let (target, name) = match classify(key) {
+            Key::Dropped => {
+                self.slots.dropped.push(key.to_owned());
+                return;
+            }
+            Key::Field(slot, name) => (&mut self.slots.fields[slot as usize], name),
+            Key::Duration(d, u) => (&mut self.slots.durations[d][u], DURATION_KEYS[d][u]),
+        };
+        let given = Given { name, value };
+        match target {
+            None => *target = Some(given),
+            Some(first) => {
+                if let Err(rejection) = Slots::second(first, &given) {
+                    self.slots.rejection = Some(rejection);
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Value conversions. Each names the field as the producer spelled it.
 
-fn type_error(name: &str, expected: &str, got: &Raw<'_>) -> Rejection {
+fn type_error(name: &str, expected: &str, got: &FieldValue<'_>) -> Rejection {
     Rejection::new(ReasonCode::FieldType, name, format!("expected {expected}, got {}", got.kind()))
 }
 
@@ -715,7 +767,7 @@ fn optional<T>(given: Option<Given<'_>>, convert: impl FnOnce(Given<'_>) -> Resu
 /// characters or personal data; `None` when empty after trimming.
 fn text(g: &Given<'_>, max_chars: usize) -> Result<Option<String>, Rejection> {
     let name = g.name;
-    let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
+    let FieldValue::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
@@ -756,7 +808,7 @@ const REQUEST_ID_BYTES: [bool; 256] = {
 
 fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
     let name = g.name;
-    let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
+    let FieldValue::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
@@ -804,19 +856,19 @@ pub fn stored_prompt_hash(value: &serde_json::Value, hasher: &UserIdHasher) -> R
 }
 
 /// A JSON value as the scanner would have read it; `None` for null (absent).
-fn raw_of(value: &serde_json::Value) -> Option<Raw<'_>> {
+fn raw_of(value: &serde_json::Value) -> Option<FieldValue<'_>> {
     use serde_json::Value;
     Some(match value {
         Value::Null => return None,
-        Value::Bool(b) => Raw::Bool(*b),
+        Value::Bool(b) => FieldValue::Bool(*b),
         Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Raw::Int(i),
-            (None, Some(u)) => Raw::UInt(u),
-            _ => Raw::Float(n.as_f64().unwrap_or(f64::NAN)),
+            (Some(i), _) => FieldValue::Int(i),
+            (None, Some(u)) => FieldValue::UInt(u),
+            _ => FieldValue::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
-        Value::String(s) => Raw::Str(Cow::Borrowed(s)),
-        Value::Array(_) => Raw::Array,
-        Value::Object(_) => Raw::Object,
+        Value::String(s) => FieldValue::Str(Cow::Borrowed(s)),
+        Value::Array(_) => FieldValue::Array,
+        Value::Object(_) => FieldValue::Object,
     })
 }
 
@@ -825,7 +877,7 @@ fn raw_of(value: &serde_json::Value) -> Option<Raw<'_>> {
 /// A [`REFUSED_MARK`] is refused with the reason it names.
 fn to_hash<'g>(g: &'g Given<'_>, max_chars: usize) -> Result<Option<&'g str>, Rejection> {
     let name = g.name;
-    let Raw::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
+    let FieldValue::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
     if let Some(reason) = s.strip_prefix(REFUSED_MARK) {
         let reason = ReasonCode::from_str_code(reason).unwrap_or(ReasonCode::FieldFormat);
         return Err(Rejection::new(reason, name, "was refused when received; the DLQ kept no value (the producer must resend it)"));
@@ -884,11 +936,11 @@ fn user_id(g: &Given<'_>, hasher: Option<&UserIdHasher>) -> Result<Option<String
 fn integer(g: &Given<'_>) -> Result<i128, Rejection> {
     let name = g.name;
     match g.value {
-        Raw::Int(i) => Ok(i.into()),
-        Raw::UInt(u) => Ok(u.into()),
-        Raw::Float(f) if f.fract() == 0.0 && f.abs() < 1e38 => Ok(f as i128),
-        Raw::Float(f) if f.fract() == 0.0 => Err(Rejection::new(ReasonCode::FieldRange, name, format!("{f} is out of range"))),
-        Raw::Float(f) => Err(Rejection::new(ReasonCode::FieldType, name, format!("expected an integer, got {f}"))),
+        FieldValue::Int(i) => Ok(i.into()),
+        FieldValue::UInt(u) => Ok(u.into()),
+        FieldValue::Float(f) if f.fract() == 0.0 && f.abs() < 1e38 => Ok(f as i128),
+        FieldValue::Float(f) if f.fract() == 0.0 => Err(Rejection::new(ReasonCode::FieldRange, name, format!("{f} is out of range"))),
+        FieldValue::Float(f) => Err(Rejection::new(ReasonCode::FieldType, name, format!("expected an integer, got {f}"))),
         ref other => Err(type_error(name, "an integer", other)),
     }
 }
@@ -915,7 +967,7 @@ fn non_negative(g: &Given<'_>) -> Result<f64, Rejection> {
 
 fn boolean(g: &Given<'_>) -> Result<bool, Rejection> {
     match g.value {
-        Raw::Bool(b) => Ok(b),
+        FieldValue::Bool(b) => Ok(b),
         ref other => Err(type_error(g.name, "true or false", other)),
     }
 }

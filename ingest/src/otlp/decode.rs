@@ -4,53 +4,61 @@
 //! `TracesData`). Out: its spans in message order, each with its resource's
 //! attributes, or an `otlp.malformed` rejection for the whole message.
 //!
-//! The messages are `opentelemetry-proto`'s, decoded with `prost` and, for
-//! OTLP/JSON, with its serde mapping (hex trace and span ids, 64-bit
-//! integers as strings).
+//! Protobuf is read in place ([`super::wire`]); OTLP/JSON is decoded into
+//! `opentelemetry-proto`'s messages with their serde mapping (hex trace and
+//! span ids, 64-bit integers as strings) and viewed the same way.
 
 use inferlog_schema::{ReasonCode, Rejection};
 use inferlog_store::kafka::TopicEncoding;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::trace::v1::{Span, TracesData};
-use prost::Message as _;
+use opentelemetry_proto::tonic::trace::v1::TracesData;
 
-/// One span of a message, with the attributes of the resource that sent it.
+use super::view::{Attribute, Span, Traces};
+use super::wire;
+
+/// One span of a message, its attributes, and those of the resource that
+/// sent it.
 #[derive(Debug)]
 pub struct ResourceSpan<'a> {
     /// Its place among all the message's spans, from 0.
     pub index: u32,
-    pub span: &'a Span,
-    pub resource: &'a [KeyValue],
+    pub span: &'a Span<'a>,
+    pub attributes: &'a [Attribute<'a>],
+    pub resource: &'a [Attribute<'a>],
 }
 
-/// Decodes a message's payload in `encoding` (an OTLP one).
-pub fn decode(payload: &[u8], encoding: TopicEncoding) -> Result<TracesData, Rejection> {
+/// Decodes a message's payload in `encoding` (an OTLP one) and hands its
+/// traces to `read`.
+pub fn decode<R>(payload: &[u8], encoding: TopicEncoding, read: impl FnOnce(&Traces<'_>) -> R) -> Result<R, Rejection> {
     let malformed = |what: &str, e: &dyn std::fmt::Display| Rejection::whole_event(ReasonCode::OtlpMalformed, format!("not {what}: {e}"));
     match encoding {
-        TopicEncoding::OtlpProto => TracesData::decode(payload).map_err(|e| malformed("OTLP protobuf traces", &e)),
-        TopicEncoding::OtlpJson => serde_json::from_slice(payload).map_err(|e| malformed("OTLP/JSON traces", &e)),
+        TopicEncoding::OtlpProto => wire::decode(payload).map(|t| read(&t)).map_err(|e| malformed("OTLP protobuf traces", &e)),
+        TopicEncoding::OtlpJson => {
+            serde_json::from_slice::<TracesData>(payload).map(|t| read(&Traces::of(&t))).map_err(|e| malformed("OTLP/JSON traces", &e))
+        }
         TopicEncoding::Json => Err(Rejection::whole_event(ReasonCode::OtlpMalformed, "a JSON topic holds events, not OTLP")),
     }
 }
 
 /// Every span of `traces`, in message order.
-pub fn spans(traces: &TracesData) -> impl Iterator<Item = ResourceSpan<'_>> {
-    traces
-        .resource_spans
-        .iter()
-        .flat_map(|rs| {
-            let resource = rs.resource.as_ref().map_or(&[][..], |r| r.attributes.as_slice());
-            rs.scope_spans.iter().flat_map(move |ss| ss.spans.iter().map(move |span| (span, resource)))
+pub fn spans<'a>(traces: &'a Traces<'a>) -> impl Iterator<Item = ResourceSpan<'a>> {
+    traces.resources.iter().flat_map(move |r| {
+        traces.spans[r.spans.clone()].iter().zip(r.spans.clone()).map(move |(span, i)| ResourceSpan {
+            index: i as u32,
+            span,
+            attributes: &traces.attributes[span.attributes.clone()],
+            resource: &r.attributes,
         })
-        .enumerate()
-        .map(|(i, (span, resource))| ResourceSpan { index: i as u32, span, resource })
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::resource::v1::Resource;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message as _;
+
+    use crate::otlp::view::Value;
 
     use super::*;
 
@@ -85,11 +93,12 @@ mod tests {
     #[test]
     fn spans_are_numbered_in_message_order_with_their_resource() {
         let t = traces();
+        let t = Traces::of(&t);
         let got: Vec<(u32, String, String)> = spans(&t)
             .map(|s| {
-                let service = s.resource.iter().find(|k| k.key == "service.name").and_then(|k| k.value.clone()).and_then(|v| v.value);
-                let Some(any_value::Value::StringValue(service)) = service else { panic!("service.name") };
-                (s.index, s.span.name.clone(), service)
+                let service = s.resource.iter().find(|k| k.key == "service.name").and_then(|k| k.value.clone());
+                let Some(Value::Str(service)) = service else { panic!("service.name") };
+                (s.index, s.span.name.to_owned(), service.to_owned())
             })
             .collect();
         let want = [(0, "a0", "a"), (1, "a1", "a"), (2, "a2", "a"), (3, "b0", "b")];
@@ -101,14 +110,15 @@ mod tests {
     #[test]
     fn both_encodings_decode_and_garbage_is_malformed() {
         let t = traces();
+        let want = format!("{:?}", Traces::of(&t));
         let proto = t.encode_to_vec();
-        assert_eq!(decode(&proto, TopicEncoding::OtlpProto).expect("proto"), t);
+        assert_eq!(decode(&proto, TopicEncoding::OtlpProto, |t| format!("{t:?}")).expect("proto"), want);
         let json = serde_json::to_vec(&t).expect("json");
         assert!(String::from_utf8_lossy(&json).contains("\"traceId\":\"01010101010101010101010101010101\""), "hex ids");
-        assert_eq!(decode(&json, TopicEncoding::OtlpJson).expect("json"), t);
-        let e = decode(b"{\"request_id\":", TopicEncoding::OtlpJson).expect_err("not OTLP/JSON");
+        assert_eq!(decode(&json, TopicEncoding::OtlpJson, |t| format!("{t:?}")).expect("json"), want);
+        let e = decode(b"{\"request_id\":", TopicEncoding::OtlpJson, |_| ()).expect_err("not OTLP/JSON");
         assert_eq!(e.reason, ReasonCode::OtlpMalformed);
-        let e = decode(&[0xff, 0xff, 0xff], TopicEncoding::OtlpProto).expect_err("not protobuf");
+        let e = decode(&[0xff, 0xff, 0xff], TopicEncoding::OtlpProto, |_| ()).expect_err("not protobuf");
         assert_eq!((e.reason, e.field.as_str()), (ReasonCode::OtlpMalformed, "-"));
     }
 }

@@ -5,6 +5,8 @@
 
 pub mod decode;
 pub mod map;
+pub mod view;
+pub mod wire;
 
 pub use decode::{decode, spans, ResourceSpan};
-pub use map::{Mapped, Mapper};
+pub use map::{Mapped, MappedEvent, Mapper};

@@ -241,14 +241,17 @@ impl Pipeline {
                         self.batch.push_skipped(key.clone(), offset);
                         return;
                     }
-                    Seen::Conflict => (
-                        Rejection::new(
+                    Seen::Conflict => {
+                        let rejection = Rejection::new(
                             ReasonCode::RequestIdConflict,
                             "request_id",
                             "a different event with this request_id was already stored (ids must be unique per request; a retry must resend the same event)",
-                        ),
-                        span,
-                    ),
+                        );
+                        // A span's ids and event are written again from the message.
+                        let span =
+                            span.and_then(|i| self.normalizer.span(message.payload().unwrap_or_default(), self.config.kafka.encoding(topic), i));
+                        (rejection, span.map(Box::new))
+                    }
                 }
             }
             Outcome::Rejected(rejection, span) => (crate::skew::explain(rejection, kafka_ms, received_ms), span),
