@@ -172,12 +172,9 @@ impl Normalizer {
             return self.piece_at(std::slice::from_ref(input), received_ms, ingested_at);
         };
         let mut piece = Piece::default();
-        let outcome = self.event(input.payload, input, index, received_ms, ingested_at, &mut Cache::default(), &mut piece.bytes);
+        let outcome = self.event(input.payload, input, Some(index), received_ms, ingested_at, &mut Cache::default(), &mut piece.bytes);
         piece.outcomes.push(match outcome {
-            Ok(Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, .. }) => {
-                Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: Some(index) }
-            }
-            Ok(rejected) => rejected,
+            Ok(row) => row,
             Err(rejection) => {
                 let span = Span { index, trace_id: String::new(), span_id: String::new(), event: input.payload.to_vec() };
                 Outcome::Rejected(rejection, Some(Box::new(span)))
@@ -203,7 +200,7 @@ impl Normalizer {
             if input.encoding.is_otlp() {
                 skipped_spans = self.spans(input, received_ms, ingested_at, &mut cache, &mut piece);
             } else {
-                let outcome = self.event(input.payload, input, 0, received_ms, ingested_at, &mut cache, &mut piece.bytes);
+                let outcome = self.event(input.payload, input, None, received_ms, ingested_at, &mut cache, &mut piece.bytes);
                 piece.outcomes.push(outcome.unwrap_or_else(|rejection| Outcome::Rejected(rejection, None)));
             }
             piece.messages.push(MessageEnd { end: piece.outcomes.len() as u32, skipped_spans });
@@ -211,28 +208,29 @@ impl Normalizer {
         piece
     }
 
-    /// Validates and encodes one event at `index` of its message.
+    /// Validates and encodes one event: a JSON message's, or the one at
+    /// `span` of its message.
     #[allow(clippy::too_many_arguments)] // one event's coordinates and the piece's buffers
     fn event(
         &self,
         payload: &[u8],
         input: &Input<'_>,
-        index: u32,
+        span: Option<u32>,
         received_ms: i64,
         ingested_at: u32,
         cache: &mut Cache,
         bytes: &mut Vec<u8>,
     ) -> Result<Outcome, Rejection> {
         let normalized = self.contract.normalize(payload, Some(received_ms), &self.hasher)?;
-        Ok(self.row(normalized, input, index, ingested_at, cache, bytes))
+        Ok(self.row(normalized, input, span, ingested_at, cache, bytes))
     }
 
-    /// Encodes a valid event at `index` of its message.
-    fn row(&self, normalized: Normalized, input: &Input<'_>, index: u32, ingested_at: u32, cache: &mut Cache, bytes: &mut Vec<u8>) -> Outcome {
+    /// Encodes a valid event: a JSON message's, or the one at `span` of its message.
+    fn row(&self, normalized: Normalized, input: &Input<'_>, span: Option<u32>, ingested_at: u32, cache: &mut Cache, bytes: &mut Vec<u8>) -> Outcome {
         let fingerprint = fingerprint(&normalized.event.request_id);
         let timestamp_ms = normalized.event.timestamp_ms;
         let mut row = HotRow::new(normalized.event, input.topic.clone(), input.partition, input.offset, ingested_at);
-        row.kafka_index = index;
+        row.kafka_index = span.unwrap_or(0);
         let start = bytes.len();
         let event = row.encode(bytes);
         let content = content_hash(&bytes[start..start + event]);
@@ -245,7 +243,7 @@ impl Normalizer {
             range: start..bytes.len(),
             dropped_fields: normalized.dropped_fields.len(),
             observation,
-            span: None,
+            span,
         }
     }
 
@@ -263,18 +261,17 @@ impl Normalizer {
                     skipped += 1;
                     continue;
                 };
-                let normalized = match event.fields(max_event_bytes) {
-                    Some(fields) => self.contract.normalize_fields(fields, Some(received_ms), &self.hasher),
-                    None => self.contract.normalize(&event.json(), Some(received_ms), &self.hasher),
+                // The JSON only where the fields cannot stand in for it.
+                let (normalized, json) = match event.fields(max_event_bytes) {
+                    Some(fields) => (self.contract.normalize_fields(fields, Some(received_ms), &self.hasher), None),
+                    None => {
+                        let json = event.json();
+                        (self.contract.normalize(&json, Some(received_ms), &self.hasher), Some(json))
+                    }
                 };
                 let outcome = match normalized {
-                    Ok(normalized) => match self.row(normalized, input, s.index, ingested_at, cache, &mut piece.bytes) {
-                        Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, .. } => {
-                            Outcome::Row { day, timestamp_ms, fingerprint, content, range, dropped_fields, observation, span: Some(s.index) }
-                        }
-                        rejected => rejected,
-                    },
-                    Err(rejection) => Outcome::Rejected(rejection, Some(Box::new(refused(&s, event.json())))),
+                    Ok(normalized) => self.row(normalized, input, Some(s.index), ingested_at, cache, &mut piece.bytes),
+                    Err(rejection) => Outcome::Rejected(rejection, Some(Box::new(refused(&s, json.unwrap_or_else(|| event.json()))))),
                 };
                 piece.outcomes.push(outcome);
             }

@@ -408,6 +408,17 @@ enum Key {
     Dropped,
 }
 
+impl Key {
+    /// A known key's static spelling ("" for a dropped one).
+    fn name(&self) -> &'static str {
+        match *self {
+            Key::Field(_, name) => name,
+            Key::Duration(d, u) => DURATION_KEYS[d][u],
+            Key::Dropped => "",
+        }
+    }
+}
+
 fn classify(key: &str) -> Key {
     let (slot, name) = match key {
         "request_id" => (Slot::RequestId, "request_id"),
@@ -611,6 +622,22 @@ impl<'a> Slots<'a> {
         self.fields[slot as usize].take().filter(|g| g.value != FieldValue::Null)
     }
 
+    /// Files a value given under a known key (`Key::Field` or
+    /// `Key::Duration`, with its static spelling `given.name`): the first
+    /// value kept, a second one judged by [`Slots::second`].
+    fn file(&mut self, key: &Key, given: Given<'a>) -> Result<(), Rejection> {
+        let target = match *key {
+            Key::Field(slot, _) => &mut self.fields[slot as usize],
+            Key::Duration(d, u) => &mut self.durations[d][u],
+            Key::Dropped => unreachable!("a dropped key has no slot"),
+        };
+        match target {
+            None => *target = Some(given),
+            Some(first) => Slots::second(first, &given)?,
+        }
+        Ok(())
+    }
+
     /// A second value for a slot that holds `first`: a duplicate key (same
     /// name) or an alias given twice (must agree). Judged by reference:
     /// the first value is stored where the visitor finds the slot empty,
@@ -670,7 +697,7 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(KeyName(key)) = map.next_key::<KeyName<'de>>()? {
-            let (target, name) = match classify(&key) {
+            let known = match classify(&key) {
                 Key::Dropped => {
                     if let Some(i) = PROMPT_FIELDS.iter().position(|f| *f == key.as_ref()) {
                         self.current_key = Some(key);
@@ -684,20 +711,14 @@ impl<'de> Visitor<'de> for &mut Slots<'de> {
                     }
                     continue;
                 }
-                Key::Field(slot, name) => (&mut self.fields[slot as usize], name),
-                Key::Duration(d, u) => (&mut self.durations[d][u], DURATION_KEYS[d][u]),
+                known => known,
             };
+            let name = known.name();
             self.current_key = Some(Cow::Borrowed(name));
             let value = map.next_value::<FieldValue<'de>>()?;
-            let given = Given { name, value };
-            match target {
-                None => *target = Some(given),
-                Some(first) => {
-                    if let Err(rejection) = Slots::second(first, &given) {
-                        self.rejection = Some(rejection);
-                        return Err(de::Error::custom("rejected"));
-                    }
-                }
+            if let Err(rejection) = self.file(&known, Given { name, value }) {
+                self.rejection = Some(rejection);
+                return Err(de::Error::custom("rejected"));
             }
             self.current_key = None;
         }
@@ -722,19 +743,10 @@ impl<'a> Fields<'a> {
         if self.slots.rejection.is_some() {
             return;
         }
-        let (target, name) = match classify(key) {
-            Key::Dropped => {
-                self.slots.dropped.push(key.to_owned());
-                return;
-            }
-            Key::Field(slot, name) => (&mut self.slots.fields[slot as usize], name),
-            Key::Duration(d, u) => (&mut self.slots.durations[d][u], DURATION_KEYS[d][u]),
-        };
-        let given = Given { name, value };
-        match target {
-            None => *target = Some(given),
-            Some(first) => {
-                if let Err(rejection) = Slots::second(first, &given) {
+        match classify(key) {
+            Key::Dropped => self.slots.dropped.push(key.to_owned()),
+            known => {
+                if let Err(rejection) = self.slots.file(&known, Given { name: known.name(), value }) {
                     self.slots.rejection = Some(rejection);
                 }
             }

@@ -113,46 +113,32 @@ impl<'a> MappedEvent<'a> {
     /// `max_event_bytes`, a field holds an array, or one is a prompt (the
     /// contract hashes those from their JSON).
     pub fn fields(&self, max_event_bytes: usize) -> Option<Fields<'_>> {
+        let integer = |i: i64| u64::try_from(i).map_or(FieldValue::Int(i), FieldValue::UInt);
         // An upper bound of the JSON's size: every character escaped as \uXXXX.
+        let escaped = |text: &str| 6 * text.len() + 2;
         let mut bound = 2;
+        let mut fields = Fields::default();
         for (field, given) in self.iter() {
             if PROMPT_FIELDS.contains(&field) {
                 return None;
             }
-            bound += 6 * field.len()
-                + 4
-                + match given {
-                    Given::Attribute(v) => match v {
-                        Value::Str(s) => 6 * s.len() + 2,
-                        Value::Array(_) | Value::Other => return None,
-                        _ => 32,
-                    },
-                    Given::Text(t) => 6 * t.len() + 2,
-                    _ => 32,
-                };
-        }
-        if bound > max_event_bytes {
-            return None;
-        }
-        let mut fields = Fields::default();
-        for (field, given) in self.iter() {
-            let integer = |i: i64| u64::try_from(i).map_or(FieldValue::Int(i), FieldValue::UInt);
-            let value = match given {
+            let (value, size) = match given {
                 Given::Attribute(v) => match v {
-                    Value::Str(s) => FieldValue::Str(Cow::Borrowed(s)),
-                    Value::Bool(b) => FieldValue::Bool(*b),
-                    Value::Int(i) => integer(*i),
-                    Value::Double(d) => FieldValue::Float(*d),
+                    Value::Str(s) => (FieldValue::Str(Cow::Borrowed(s)), escaped(s)),
+                    Value::Bool(b) => (FieldValue::Bool(*b), 5),
+                    Value::Int(i) => (integer(*i), 20),
+                    Value::Double(d) => (FieldValue::Float(*d), 32),
                     Value::Array(_) | Value::Other => return None,
                 },
-                Given::Text(t) => FieldValue::Str(Cow::Borrowed(t)),
-                Given::Unsigned(u) => FieldValue::UInt(*u),
-                Given::Signed(i) => integer(*i),
-                Given::Float(f) => f.map_or(FieldValue::Null, FieldValue::Float),
+                Given::Text(t) => (FieldValue::Str(Cow::Borrowed(t)), escaped(t)),
+                Given::Unsigned(u) => (FieldValue::UInt(*u), 20),
+                Given::Signed(i) => (integer(*i), 20),
+                Given::Float(f) => (f.map_or(FieldValue::Null, FieldValue::Float), 32),
             };
+            bound += escaped(field) + 2 + size;
             fields.insert(field, value);
         }
-        Some(fields)
+        (bound <= max_event_bytes).then_some(fields)
     }
 }
 
