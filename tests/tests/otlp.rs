@@ -303,3 +303,46 @@ fn a_message_half_stored_across_midnight_gets_exactly_its_missing_spans() {
     let want: BTreeSet<String> = expected.rows.iter().map(|r| r["request_id"].as_str().expect("id").to_owned()).collect();
     assert!(stored == want, "stored request ids differ from the spans' (seed {seed})");
 }
+
+/// A span whose request id is already stored with other content is
+/// refused as a conflict after its row was built: the DLQ still gets that
+/// span's own ids and the event it mapped to (written again from the
+/// message), the first version stays, an identical span is a duplicate.
+#[test]
+fn a_span_conflicting_with_a_stored_request_keeps_its_ids_and_event_in_the_dlq() {
+    use inferlog_tests::otlp::{Input, Workload};
+    let s = Scenario::new("otlp_conflict", 1, "");
+    set_encoding(&s, "otlp_proto");
+    let first = Workload::around_midnight(Input::OtlpProto, 30, 10, 0, 2612, "otlp-conflict");
+    first.produce(s.dir.path(), &s.topic, 1);
+    // Again, in one message of 10: every third request changed, the rest identical retries.
+    let mut again = first.clone();
+    for r in again.requests.iter_mut().step_by(3) {
+        r.latency_ms += 250.0;
+    }
+    let changed: BTreeSet<usize> = (0..again.requests.len()).step_by(3).collect();
+    again.per_message = 30;
+    again.produce(s.dir.path(), &s.topic, 1);
+    s.drain("ingest.log");
+    assert_eq!(exactness(&s), (30, 30, 30), "each request once: {}", s.log("ingest.log"));
+    let dlq = read_topic_values(&s.dlq);
+    let mut refused = BTreeSet::new();
+    for m in &dlq {
+        assert_eq!(m["headers"]["inferlog.reason"].as_str(), Some("request_id.conflict"), "{m}");
+        let value: Value = serde_json::from_str(m["value"].as_str().expect("a value")).expect("the span's event as JSON");
+        let i = again.requests.iter().position(|r| value["request_id"] == r.request_id.as_str()).expect("a request of the workload");
+        // The ids `Request::span` gives span i of the message, independently of inferlog.
+        let mut trace_id = [0u8; 16];
+        trace_id[..8].copy_from_slice(&(i as u64).to_be_bytes());
+        assert_eq!(m["headers"]["inferlog.span_id"].as_str(), Some(hex::encode((i as u64 + 1).to_be_bytes()).as_str()), "{m}");
+        assert_eq!(m["headers"]["inferlog.trace_id"].as_str(), Some(hex::encode(trace_id).as_str()), "{m}");
+        assert_eq!(value["total_latency_s"].as_f64(), Some(again.requests[i].latency_ms / 1000.0), "the changed event: {value}");
+        refused.insert(i);
+    }
+    assert_eq!((refused, dlq.len()), (changed.clone(), changed.len()), "one DLQ message per changed span");
+    let stored = clickhouse(&format!("SELECT request_id, total_latency_ms FROM {} FORMAT TSV", s.qualified_table()));
+    let stored: HashMap<&str, f64> = stored.lines().filter_map(|l| l.split_once('\t')).map(|(id, ms)| (id, ms.parse().expect("a latency"))).collect();
+    for r in &first.requests {
+        assert!((stored[r.request_id.as_str()] - r.latency_ms).abs() < 0.01, "{} keeps its first version: {stored:?}", r.request_id);
+    }
+}
