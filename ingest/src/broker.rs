@@ -13,7 +13,8 @@ use tokio::sync::watch;
 
 use crate::config::KafkaConfig;
 use crate::error::IngestError;
-use crate::metrics::{self, Metrics};
+use crate::internal_events::{CommitFailed, ConsumeError, InternalEvent};
+use crate::metrics::Metrics;
 use crate::source::{self, Consumer};
 
 /// Runs a blocking call of the consumer off the async workers; `what`
@@ -92,7 +93,7 @@ impl Broker {
         .sleep(retry::ShutdownSleeper::new(shutdown.clone()))
         .when(|e| matches!(e, IngestError::Kafka { source, .. } if permanent(source).is_none()) && !*shutdown.borrow())
         .notify(|e, wait| {
-            metrics::consume_error(&self.metrics);
+            ConsumeError.emit(&self.metrics);
             tracing::warn!(what, error = %e, backoff_ms = wait.as_millis() as u64, "kafka: waiting for the broker");
         })
         .await;
@@ -112,14 +113,14 @@ impl Broker {
         if offsets.is_empty() {
             return Ok(());
         }
-        let call = on_consumer(&self.consumer, "commit", move |consumer| crate::commit::commit(consumer, &offsets));
+        let call = on_consumer(&self.consumer, "commit", move |consumer| crate::offset_commit::commit(consumer, &offsets));
         let outcome = match tokio::time::timeout(limit, call).await {
             Ok(Ok(Ok(()))) => return Ok(()),
             Ok(Ok(Err(e))) => e.to_string(),
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {}", humantime::format_duration(limit)),
         };
-        metrics::commit_failed(&self.metrics, &outcome);
+        CommitFailed { error: &outcome }.emit(&self.metrics);
         Err(outcome)
     }
 }

@@ -28,7 +28,8 @@ use sha2::Digest as _;
 
 use crate::config::KafkaConfig;
 use crate::error::IngestError;
-use crate::metrics::{self, Metrics};
+use crate::internal_events::{DlqTruncated, InternalEvent};
+use crate::metrics::Metrics;
 use crate::source::{is_permanent, FatalError};
 
 /// The DLQ producer's context: librdkafka's error callback, logged, with
@@ -295,7 +296,8 @@ impl Dlq {
             match delivered(future).await {
                 Ok(()) => {
                     if let Some(t) = truncation {
-                        metrics::dlq_truncated(&self.metrics, &r.topic, r.partition, r.offset, r.payload.len(), t.keep);
+                        DlqTruncated { topic: &r.topic, partition: r.partition, offset: r.offset, bytes: r.payload.len(), kept: t.keep }
+                            .emit(&self.metrics);
                     }
                 }
                 Err(e) if too_large(&e) => refused_as_too_large.push((r, e)),
@@ -486,7 +488,8 @@ impl Dlq {
             match outcome {
                 Ok(()) => {
                     if let Some(t) = &t {
-                        metrics::dlq_truncated(&self.metrics, &r.topic, r.partition, r.offset, r.payload.len(), t.keep);
+                        DlqTruncated { topic: &r.topic, partition: r.partition, offset: r.offset, bytes: r.payload.len(), kept: t.keep }
+                            .emit(&self.metrics);
                     }
                     return Ok(());
                 }

@@ -31,23 +31,23 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use clickhouse::Row;
 use inferlog_schema::{Contract, UserIdHasher};
 use inferlog_store::catalog::{AuditEntry, Catalog, DayState};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::cold_lookup::{find_request_ids, ArchivedKey};
 use inferlog_store::dlq_ledger::{Coordinates, Entry};
-use inferlog_store::retry::{self, Retryable as _};
 use serde::{Deserialize, Serialize};
 
-use crate::clickhouse_sink::{bounded, table_partition, ClickHouseSink, EncodedRows, FirstRow};
 use crate::config::Config;
 use crate::dlq::headers;
 use crate::dlq_inspect::Window;
 use crate::dlq_reader::{DlqReader, Record};
 use crate::error::IngestError;
+use crate::metrics::Metrics;
 use crate::normalize::{Input, Normalizer, Outcome};
+use crate::sink::service::bounded;
+use crate::sink::{table_partition, ClickHouseSink, EncodedRows, FirstRow, RetryPolicy};
 
 /// What to replay.
 #[derive(Debug, Clone, Default)]
@@ -257,6 +257,8 @@ struct Replay {
     config: Config,
     normalizer: Normalizer,
     sink: ClickHouseSink,
+    /// The sink's retry policy, with a command's limit.
+    policy: RetryPolicy,
     catalog: Catalog,
     tally: Tally,
     /// Source coordinates met in this run (the DLQ may hold a reject twice).
@@ -286,8 +288,15 @@ pub async fn run(config: Config, options: Options) -> Result<Summary, IngestErro
     let catalog = Catalog::connect(&config.postgres).await?;
     let dlq_topic = config.kafka.dlq_topic.clone();
     let lock = catalog.lock_replay(&dlq_topic).await?;
+    let ingest = &config.ingest;
+    let policy = RetryPolicy::command(
+        (ingest.retry_initial_backoff, ingest.retry_max_backoff),
+        ingest.shutdown_timeout.max(std::time::Duration::from_secs(60)),
+        Metrics::new(),
+    );
     let mut replay = Replay {
         run: sink.insert_id(),
+        policy,
         options,
         config,
         normalizer,
@@ -335,12 +344,12 @@ impl Replay {
     /// A killed replay's pending entries: stored if their rows are in the
     /// hot table once the INSERTs in flight have ended, else forgotten.
     async fn resolve_pending(&mut self) -> Result<(), IngestError> {
-        let limit = crate::in_flight::GRACE + 4 * self.sink.request_timeout;
+        let limit = crate::sink::in_flight::GRACE + 4 * self.sink.request_timeout;
         // On a cluster each shard's inserts ran on its own first replica.
         let mut inserts = 0;
         for shard in 0..self.sink.shard_count() {
             let client = self.sink.shard(shard).client;
-            let waited = bounded(limit, crate::in_flight::wait_out(&client, self.sink.ids.prefix(), crate::in_flight::GRACE))
+            let waited = bounded(limit, crate::sink::in_flight::wait_out(&client, self.sink.ids.prefix(), crate::sink::in_flight::GRACE))
                 .await
                 .map_err(|e| self.sink.error("wait out inserts in flight", &self.sink.table, e))?;
             inserts += waited.inserts;
@@ -410,7 +419,7 @@ impl Replay {
             "SELECT request_id, kafka_topic, kafka_partition, kafka_offset, kafka_index FROM {}.{} WHERE day IN ({}) AND has(?, request_id)",
             self.sink.database,
             self.sink.read_table(),
-            crate::replay_log::day_list(days)
+            crate::sink::replay_log::day_list(days)
         );
         bounded(self.sink.request_timeout, self.sink.client.query(&sql).bind(ids).fetch_all::<StoredKey>())
             .await
@@ -529,7 +538,7 @@ impl Replay {
         let ids: Vec<String> = pending_here.iter().filter_map(|c| request_ids.get(&c.request_id).cloned()).collect();
         let mut holders: HashMap<u64, Vec<Coordinates>> = HashMap::new();
         for row in self.by_request_id(&days, &ids).await? {
-            holders.entry(crate::batch::fingerprint(&row.request_id)).or_default().push(row.coordinates());
+            holders.entry(crate::dedup::fingerprint(&row.request_id)).or_default().push(row.coordinates());
         }
         // A released day's rows are in the archive (the shared lock keeps
         // them from moving meanwhile): looked up there too.
@@ -545,7 +554,7 @@ impl Replay {
             }
             let (found, is_sampled) = self.archived(day, &ids).await?;
             for key in found {
-                holders.entry(crate::batch::fingerprint(&key.request_id)).or_default().push(key.coordinates);
+                holders.entry(crate::dedup::fingerprint(&key.request_id)).or_default().push(key.coordinates);
             }
             if is_sampled {
                 sampled.insert(day);
@@ -592,54 +601,24 @@ impl Replay {
     }
 
     /// Inserts one day's replayed rows of one shard (on one server, all of
-    /// them): one INSERT into the shard's local table, retried while the
-    /// error is transient; before a retry the attempt is ended and the
-    /// rows it landed are left out.
+    /// them): one INSERT into the shard's local table, under the sink's
+    /// retry policy as the daemon's inserts are (a retry first checks
+    /// whether the attempt before landed), given up once its waits pass
+    /// the shutdown budget or a minute (exit 75; the ledger's pending
+    /// entries are resolved by the next run).
     async fn insert_day(&self, day: u16, shard: usize, rows: Vec<Candidate>) -> Result<(), IngestError> {
-        let left = tokio::sync::Mutex::new(rows);
-        let ingest = &self.config.ingest;
-        let attempt = || async {
-            let mut left = left.lock().await;
-            let id = self.sink.insert_id();
-            let Some(first) = left.first() else { return Ok(()) };
-            let rows = EncodedRows {
-                chunks: vec![Bytes::from(left.iter().flat_map(|c| c.row.iter().copied()).collect::<Vec<u8>>())],
-                first: FirstRow {
-                    day,
-                    topic: Arc::from(first.coordinates.topic.as_str()),
-                    partition: first.coordinates.partition,
-                    offset: first.coordinates.offset,
-                    index: first.coordinates.index,
-                },
-                rows: left.len(),
-                shard,
-                // A replay's few rows go as they are.
-                ends: Vec::new(),
-                order: None,
-            };
-            match self.sink.insert_rows(&rows, &id, false).await {
-                Ok(()) => Ok(()),
-                Err(error) => {
-                    // What of this attempt landed stays; the rest is tried again.
-                    bounded(self.sink.request_timeout, crate::in_flight::end_attempts(&self.sink.shard(shard).client, &id))
-                        .await
-                        .map_err(|e| self.sink.error("end the attempt before", &self.sink.table, e))?;
-                    let coordinates: Vec<Coordinates> = left.iter().map(|c| c.coordinates.clone()).collect();
-                    let found = self.stored(day, &coordinates).await?;
-                    left.retain(|c| !found.contains(&c.coordinates));
-                    Err(error)
-                }
-            }
+        let Some(first) = rows.first() else { return Ok(()) };
+        let first = FirstRow {
+            day,
+            topic: Arc::from(first.coordinates.topic.as_str()),
+            partition: first.coordinates.partition,
+            offset: first.coordinates.offset,
+            index: first.coordinates.index,
         };
-        attempt
-            .retry(retry::backoff_for(
-                ingest.retry_initial_backoff,
-                ingest.retry_max_backoff,
-                ingest.shutdown_timeout.max(std::time::Duration::from_secs(60)),
-            ))
-            .when(IngestError::retry_in_place)
-            .notify(|error, wait| tracing::warn!(%error, ?wait, "replay insert failed; retrying"))
-            .await
+        let body: Vec<u8> = rows.iter().flat_map(|c| c.row.iter().copied()).collect();
+        let rows = EncodedRows::whole(body, rows.len(), first, shard);
+        let id = self.sink.insert_id();
+        self.policy.run("insert replayed rows", |retry| self.sink.insert_rows(&rows, &id, retry)).await
     }
 
     /// Whether `day` was already released from the hot tier, or its

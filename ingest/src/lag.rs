@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer as _;
 use tokio::sync::watch;
 
-use crate::metrics::{self, Metrics};
+use crate::internal_events::{ConsumerLag, InternalEvent};
+use crate::metrics::Metrics;
 use crate::source::Consumer;
 
 /// How often the lag is sampled.
@@ -29,7 +30,7 @@ pub fn spawn(consumer: Arc<Consumer>, metrics: Metrics, mut shutdown: watch::Rec
                     let consumer = consumer.clone();
                     let Ok(lags) = tokio::task::spawn_blocking(move || lags(&consumer)).await else { continue };
                     for (topic, partition, lag) in lags {
-                        metrics::consumer_lag(&metrics, &topic, partition, lag);
+                        ConsumerLag { topic: &topic, partition, lag }.emit(&metrics);
                     }
                 }
             }

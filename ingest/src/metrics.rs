@@ -1,10 +1,9 @@
-//! Internal events: one struct per thing that happens, each emitting its
-//! log line and updating its Prometheus metrics in one place (the Vector
-//! `internal_events` pattern), plus the `/metrics` and `/healthz` server.
+//! Ingest's Prometheus registry and the `/metrics` and `/healthz` server.
+//! In: what [`crate::internal_events`] emit. Out: the text exposition
+//! format, and health (503 while ClickHouse writes fail).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use inferlog_store::http::registered;
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
@@ -16,32 +15,32 @@ use crate::error::IngestError;
 #[derive(Clone, Debug)]
 pub struct Metrics {
     pub registry: Registry,
-    messages: IntCounterVec,
-    rows_inserted: IntCounter,
-    rejects: IntCounterVec,
-    dlq_produced: IntCounter,
-    duplicates: IntCounterVec,
-    dropped_fields: IntCounter,
-    batch_rows: Histogram,
-    flush_seconds: Histogram,
-    insert_errors: IntCounter,
-    consume_errors: IntCounter,
-    consumer_lag: IntGaugeVec,
-    inflight_rows: IntGauge,
-    rebalances: IntCounterVec,
-    offset_gaps: IntCounterVec,
-    offsets_lost: IntCounter,
-    dlq_truncated: IntCounter,
-    caught_up_flushes: IntCounter,
-    buffers_reused: IntCounter,
-    session_lost: IntCounter,
-    commit_failures: IntCounter,
-    unowned: IntCounter,
-    pauses: IntCounter,
-    clock_skew: HistogramVec,
-    spans_skipped: IntCounterVec,
+    pub(crate) messages: IntCounterVec,
+    pub(crate) rows_inserted: IntCounter,
+    pub(crate) rejects: IntCounterVec,
+    pub(crate) dlq_produced: IntCounter,
+    pub(crate) duplicates: IntCounterVec,
+    pub(crate) dropped_fields: IntCounter,
+    pub(crate) batch_rows: Histogram,
+    pub(crate) flush_seconds: Histogram,
+    pub(crate) insert_errors: IntCounter,
+    pub(crate) consume_errors: IntCounter,
+    pub(crate) consumer_lag: IntGaugeVec,
+    pub(crate) inflight_rows: IntGauge,
+    pub(crate) rebalances: IntCounterVec,
+    pub(crate) offset_gaps: IntCounterVec,
+    pub(crate) offsets_lost: IntCounter,
+    pub(crate) dlq_truncated: IntCounter,
+    pub(crate) caught_up_flushes: IntCounter,
+    pub(crate) buffers_reused: IntCounter,
+    pub(crate) session_lost: IntCounter,
+    pub(crate) commit_failures: IntCounter,
+    pub(crate) unowned: IntCounter,
+    pub(crate) pauses: IntCounter,
+    pub(crate) clock_skew: HistogramVec,
+    pub(crate) spans_skipped: IntCounterVec,
     /// False while ClickHouse is failing; `/healthz` answers 503 then.
-    healthy: Arc<AtomicBool>,
+    pub(crate) healthy: Arc<AtomicBool>,
 }
 
 impl Metrics {
@@ -137,6 +136,17 @@ impl Metrics {
         }
     }
 
+    /// The counter of messages consumed from `topic` (looked up once per
+    /// topic: it is bumped for every message).
+    pub fn messages_counter(&self, topic: &str) -> IntCounter {
+        self.messages.with_label_values(&[topic])
+    }
+
+    /// The clock-skew histogram of `topic` (looked up once per topic).
+    pub fn skew_histogram(&self, topic: &str) -> Histogram {
+        self.clock_skew.with_label_values(&[topic])
+    }
+
     pub fn render(&self) -> String {
         inferlog_store::http::render(&self.registry)
     }
@@ -146,129 +156,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
     }
-}
-
-/// The counter of messages consumed from `topic` (looked up once per topic:
-/// it is bumped for every message).
-pub fn messages_counter(m: &Metrics, topic: &str) -> prometheus::IntCounter {
-    m.messages.with_label_values(&[topic])
-}
-
-/// The clock-skew histogram of `topic` (looked up once per topic).
-pub fn skew_histogram(m: &Metrics, topic: &str) -> Histogram {
-    m.clock_skew.with_label_values(&[topic])
-}
-
-/// An offset commit failed or timed out; nothing is lost.
-pub fn commit_failed(m: &Metrics, error: &str) {
-    m.commit_failures.inc();
-    tracing::warn!(error, "offset commit failed; the rows are durable and the partition's next reader skips them by the replay log");
-}
-
-/// A message of a partition this member does not own was dropped.
-pub fn unowned_message(m: &Metrics, topic: &str, partition: i32, offset: i64) {
-    m.unowned.inc();
-    tracing::debug!(topic, partition, offset, "message of a partition this member does not own: dropped for its owner");
-}
-
-/// A wait began with every partition paused.
-pub fn paused(m: &Metrics, what: &'static str) {
-    m.pauses.inc();
-    tracing::info!(what, "waiting with the partitions paused (the group keeps this member)");
-}
-
-/// Fields dropped from an accepted event (data minimisation).
-pub fn fields_dropped(m: &Metrics, count: usize) {
-    m.dropped_fields.inc_by(count as u64);
-}
-
-/// Spans of an OTLP message that were not inference requests.
-pub fn spans_skipped(m: &Metrics, topic: &str, count: u32) {
-    m.spans_skipped.with_label_values(&[topic]).inc_by(u64::from(count));
-}
-
-/// An event was rejected and will go to the DLQ.
-pub fn event_rejected(m: &Metrics, reason: &'static str) {
-    m.rejects.with_label_values(&[reason]).inc();
-}
-
-/// A message was skipped because it is already stored.
-pub fn duplicate_skipped(m: &Metrics, kind: &'static str) {
-    m.duplicates.with_label_values(&[kind]).inc();
-}
-
-pub fn inflight(m: &Metrics, rows: usize) {
-    m.inflight_rows.set(rows as i64);
-}
-
-/// A batch became durable and its offsets were committed.
-pub fn batch_flushed(m: &Metrics, rows: usize, rejects: usize, elapsed: Duration) {
-    m.rows_inserted.inc_by(rows as u64);
-    m.dlq_produced.inc_by(rejects as u64);
-    m.batch_rows.observe((rows + rejects) as f64);
-    m.flush_seconds.observe(elapsed.as_secs_f64());
-    m.healthy.store(true, Ordering::Relaxed);
-    tracing::debug!(rows, rejects, elapsed_ms = elapsed.as_millis() as u64, "batch flushed and committed");
-}
-
-/// The group session timed out before a batch was written; it is dropped.
-pub fn session_lost(m: &Metrics) {
-    m.session_lost.inc();
-}
-
-/// Row buffers batches took back from the pool since the last count.
-pub fn buffers_reused(m: &Metrics, buffers: u64) {
-    m.buffers_reused.inc_by(buffers);
-}
-
-/// The source has nothing more for now and the batch is big enough to insert.
-pub fn caught_up_flush(m: &Metrics, rows: usize) {
-    m.caught_up_flushes.inc();
-    tracing::debug!(rows, "source read to its end: flushing without waiting for batch_max_age");
-}
-
-/// A transient consume error, waited out (the caller logs it).
-pub fn consume_error(m: &Metrics) {
-    m.consume_errors.inc();
-}
-
-/// A ClickHouse insert failed; it will be retried after `backoff`.
-pub fn insert_failed(m: &Metrics, error: &IngestError, attempt: u32, backoff: Duration) {
-    m.insert_errors.inc();
-    m.healthy.store(false, Ordering::Relaxed);
-    tracing::warn!(%error, attempt, backoff_ms = backoff.as_millis() as u64, "write failed; retrying");
-}
-
-/// The group assigned or revoked partitions.
-pub fn rebalanced(m: &Metrics, kind: &'static str, partitions: &[(String, i32)]) {
-    m.rebalances.with_label_values(&[kind]).inc();
-    if kind == "revoke" {
-        for (topic, partition) in partitions {
-            let _ = m.consumer_lag.remove_label_values(&[topic, &partition.to_string()]);
-        }
-    }
-    tracing::info!(kind, ?partitions, "rebalance");
-}
-
-/// Offsets below the broker's log start that ingest never read: one gap
-/// with outcome "lost", and the number of offsets in it.
-pub fn offsets_lost(m: &Metrics, offsets: i64) {
-    m.offset_gaps.with_label_values(&["lost"]).inc();
-    m.offsets_lost.inc_by(offsets.max(0) as u64);
-}
-
-/// A reject too large for the DLQ was written cut to `kept` bytes.
-pub fn dlq_truncated(m: &Metrics, topic: &str, partition: i32, offset: i64, bytes: usize, kept: usize) {
-    m.dlq_truncated.inc();
-    tracing::warn!(topic, partition, offset, bytes, kept, "reject larger than the DLQ takes: written truncated (headers carry its size and SHA-256)");
-}
-
-pub fn offset_gap(m: &Metrics, outcome: &'static str) {
-    m.offset_gaps.with_label_values(&[outcome]).inc();
-}
-
-pub fn consumer_lag(m: &Metrics, topic: &str, partition: i32, lag: i64) {
-    m.consumer_lag.with_label_values(&[topic, &partition.to_string()]).set(lag.max(0));
 }
 
 /// Serves `/metrics` and `/healthz` (503 while ClickHouse writes fail) until shutdown.

@@ -22,7 +22,7 @@ use inferlog_store::kafka::TopicEncoding;
 use inferlog_store::model::rows::HotRow;
 use rayon::prelude::*;
 
-use crate::batch::fingerprint;
+use crate::dedup::fingerprint;
 use crate::error::IngestError;
 use crate::otlp::{self, Mapped, Mapper};
 use crate::service_metrics::{Cache, Interner, Observation};

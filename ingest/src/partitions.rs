@@ -13,11 +13,11 @@ use rdkafka::TopicPartitionList;
 
 use crate::batch::{PartitionKey, PartitionMap};
 use crate::broker::Broker;
-use crate::clickhouse_sink::{table_partition, ClickHouseSink};
 use crate::error::IngestError;
-use crate::metrics::{self, Metrics};
+use crate::internal_events::{InternalEvent, OffsetsLost, OffsetsSkipped};
+use crate::metrics::Metrics;
 use crate::offsets::PartitionState;
-use crate::writer::Writer;
+use crate::sink::{table_partition, ClickHouseSink, RetryPolicy};
 
 /// The partitions this member owns, each with the rebalance generation
 /// of its assignment and its state once started (one map, so a message
@@ -137,7 +137,13 @@ impl Partitions {
 /// when none, or when retention deleted past the commit: counted as lost),
 /// and the offsets past it an earlier reader already handled, from the
 /// replay log. Runs as its own task; the pipeline serves the consumer meanwhile.
-pub async fn lookup_start(broker: Broker, writer: Writer, metrics: Metrics, key: PartitionKey) -> Result<PartitionState, IngestError> {
+pub async fn lookup_start(
+    broker: Broker,
+    sink: ClickHouseSink,
+    policy: RetryPolicy,
+    metrics: Metrics,
+    key: PartitionKey,
+) -> Result<PartitionState, IngestError> {
     crate::hooks::slow_start_after_session_lost().await;
     let (topic, partition) = (key.0.clone(), key.1);
     let t = topic.to_string();
@@ -156,17 +162,12 @@ pub async fn lookup_start(broker: Broker, writer: Writer, metrics: Metrics, key:
         // The broker deleted (retention) what the group had not read yet.
         let lost = low - committed;
         tracing::error!(%topic, partition, committed, log_start = low, lost, "offsets are gone from the broker (retention); continuing from the log start");
-        metrics::offsets_lost(&metrics, lost);
+        OffsetsLost { offsets: lost }.emit(&metrics);
     }
     let expected = committed.unwrap_or(low).max(low);
     let started = std::time::Instant::now();
     let whole_messages = broker.encoding(&topic) == inferlog_store::kafka::TopicEncoding::Json;
-    let replay = writer
-        .retry("replay filter", |sink: ClickHouseSink, _| {
-            let topic = topic.clone();
-            async move { sink.stored_ranges(&topic, partition, expected, whole_messages).await }
-        })
-        .await?;
+    let replay = policy.run("replay filter", |_| sink.stored_ranges(&topic, partition, expected, whole_messages)).await?;
     if !replay.is_empty() {
         tracing::info!(
             %topic, partition, from = expected, already_stored = replay.offsets(), ranges = replay.ranges().len(),
@@ -198,11 +199,11 @@ pub fn account_gap(metrics: &Metrics, key: &PartitionKey, state: &PartitionState
     let outcome = state.gap(got, log_start);
     if outcome.lost > 0 {
         tracing::error!(%topic, partition, expected, got, log_start, lost = outcome.lost, "offsets are gone from the broker (retention) before ingest read them");
-        metrics::offsets_lost(metrics, outcome.lost);
+        OffsetsLost { offsets: outcome.lost }.emit(metrics);
     }
     if outcome.skipped > 0 {
         tracing::debug!(%topic, partition, expected, got, skipped = outcome.skipped, "offsets the broker does not deliver (transaction markers, compaction)");
-        metrics::offset_gap(metrics, "skipped");
+        OffsetsSkipped.emit(metrics);
     }
 }
 

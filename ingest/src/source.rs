@@ -16,7 +16,8 @@ use rdkafka::ClientContext;
 
 use crate::config::{Assignment, KafkaConfig};
 use crate::error::IngestError;
-use crate::metrics::{self, Metrics};
+use crate::internal_events::{CommitFailed, InternalEvent};
+use crate::metrics::Metrics;
 
 /// Partitions the group took from or gave to this member since the
 /// pipeline last looked. Filled by librdkafka's rebalance callbacks, which
@@ -278,8 +279,8 @@ impl ConsumerContext for IngestContext {
             if !durable.is_empty() && !rdkafka::consumer::Consumer::assignment_lost(consumer) {
                 // Committed before the partitions go: their next owner
                 // starts past the batch instead of filtering it out.
-                if let Err(error) = crate::commit::commit(consumer, &durable) {
-                    metrics::commit_failed(&self.metrics, &error.to_string());
+                if let Err(error) = crate::offset_commit::commit(consumer, &durable) {
+                    CommitFailed { error: &error.to_string() }.emit(&self.metrics);
                 }
             }
             self.rebalances.push(RebalanceEvent::Revoked(revoked));
@@ -301,7 +302,7 @@ pub type Consumer = StreamConsumer<IngestContext>;
 /// started before the fence has ended by then), at most half the
 /// interval, and a second of margin. An attempt started before the fence
 /// and still running when the partitions' next owner looks is waited out
-/// by it ([`crate::in_flight`]), so a `request_timeout` longer than the
+/// by it ([`crate::sink::in_flight`]), so a `request_timeout` longer than the
 /// interval needs no longer margin; subtracting it whole left a fence of
 /// zero, and a member whose revocation waited a millisecond was fenced.
 pub fn fence_after(kafka: &KafkaConfig, request_timeout: std::time::Duration) -> std::time::Duration {

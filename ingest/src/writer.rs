@@ -13,22 +13,21 @@
 //! changes owner only when what was read from it is durable.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::{stream, StreamExt as _, TryStreamExt as _};
 use inferlog_store::model::rows::RejectRow;
-use inferlog_store::retry::{self, Retryable};
 use tokio::sync::watch;
 
-use crate::batch::{reject_day, Batch, BufferPool, Coverage};
-use crate::clickhouse_sink::{table_partition, ClickHouseSink, EncodedRows};
+use crate::batch::{Batch, BufferPool};
 use crate::config::IngestConfig;
 use crate::dlq::{now_ms, Dlq, Reject};
 use crate::error::IngestError;
+use crate::internal_events::{BuffersReused, InternalEvent};
 use crate::late_days::LateDays;
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
+use crate::sink::{reject_day, table_partition, ClickHouseSink, Coverage, EncodedRows, RetryPolicy, ShutdownBudget};
 use crate::sort::Order;
 use crate::source::FlushGate;
 
@@ -47,14 +46,13 @@ pub struct Writer {
     pub config: IngestConfig,
     pub metrics: Metrics,
     pub shutdown: watch::Receiver<bool>,
-    /// Set at SIGTERM: retries stop at this instant.
-    deadline: Arc<Mutex<Option<Instant>>>,
+    /// The sink's retry policy, with the shutdown budget and the rebalance
+    /// fence every attempt checks first ([`FlushGate::fenced`]).
+    policy: RetryPolicy,
+    budget: ShutdownBudget,
     /// The coverage of the last batch made durable, marked done in the
     /// replay log with the next batch's intents.
     done: Arc<Mutex<Vec<Coverage>>>,
-    /// The rebalance gate whose fence every attempt checks first
-    /// ([`FlushGate::fenced`]).
-    gate: Arc<FlushGate>,
     /// The day locks of inserts a release may meet ([`LateDays`]).
     late: Arc<LateDays>,
 }
@@ -71,32 +69,14 @@ impl Writer {
         gate: Arc<FlushGate>,
         late: LateDays,
     ) -> Writer {
-        Writer {
-            sink,
-            dlq: Arc::new(dlq),
-            config,
-            metrics,
-            shutdown,
-            deadline: Arc::new(Mutex::new(None)),
-            done: Arc::default(),
-            gate,
-            late: Arc::new(late),
-        }
+        let budget = ShutdownBudget::new(config.shutdown_timeout, shutdown.clone());
+        let retry = RetryPolicy::daemon((config.retry_initial_backoff, config.retry_max_backoff), budget.clone(), gate, metrics.clone());
+        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, policy: retry, budget, done: Arc::default(), late: Arc::new(late) }
     }
 
     /// Starts the shutdown budget (`shutdown_timeout`) if it has not started.
     pub fn start_deadline(&self) -> Option<Instant> {
-        let mut deadline = self.deadline.lock().ok()?;
-        Some(*deadline.get_or_insert_with(|| Instant::now() + self.config.shutdown_timeout))
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        self.deadline.lock().ok().and_then(|d| *d)
-    }
-
-    /// What is left of the shutdown budget, once it has started.
-    pub fn remaining_budget(&self) -> Option<Duration> {
-        self.deadline().map(|d| d.saturating_duration_since(Instant::now()))
+        self.budget.start()
     }
 
     /// Marks the last durable batch done in the replay log (at shutdown;
@@ -111,66 +91,20 @@ impl Writer {
         }
     }
 
-    /// Whether a wait of `wait` still fits the shutdown budget. A SIGTERM
-    /// starts the budget at the first wait after it; past it the daemon
-    /// exits without committing, and the uncommitted messages are re-read
-    /// on restart.
-    fn fits_budget(&self, wait: Duration) -> bool {
-        let deadline = if *self.shutdown.borrow() { self.start_deadline() } else { self.deadline() };
-        deadline.is_none_or(|deadline| Instant::now() + wait <= deadline)
+    /// The sink's retry policy this writer's calls go through.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
     }
 
-    /// Runs `op` until it succeeds, waiting with exponential backoff while
-    /// its errors are transient (counted and logged); a permanent error
-    /// ends it at once, and so does a wait that would overrun the shutdown
-    /// budget ([`IngestError::ShutdownTimeout`]).
-    async fn retrying<T, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T, IngestError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, IngestError>>,
-    {
-        // Atomics, not Cells: the future runs on the multi-threaded runtime.
-        let attempt = AtomicU32::new(0);
-        let out_of_time = AtomicBool::new(false);
-        // Every attempt, the first too, checks the fence before it starts.
-        let fenced_op = || {
-            let fenced = self.gate.fenced();
-            let attempt = op();
-            async move {
-                fenced?;
-                attempt.await
-            }
-        };
-        let result = fenced_op
-            .retry(retry::backoff(self.config.retry_initial_backoff, self.config.retry_max_backoff))
-            .sleep(retry::ShutdownSleeper::new(self.shutdown.clone()))
-            .when(IngestError::retry_in_place)
-            .adjust(|_, wait| {
-                let fits = wait.filter(|w| self.fits_budget(*w));
-                out_of_time.store(fits.is_none(), Ordering::Relaxed);
-                fits
-            })
-            .notify(|e, wait| {
-                let attempt = attempt.fetch_add(1, Ordering::Relaxed) + 1;
-                tracing::debug!(what, attempt, "retrying");
-                metrics::insert_failed(&self.metrics, e, attempt, wait);
-            })
-            .await;
-        match result {
-            Err(_) if out_of_time.load(Ordering::Relaxed) => Err(IngestError::ShutdownTimeout(self.config.shutdown_timeout)),
-            result => result,
-        }
-    }
-
-    /// [`Self::retrying`] a ClickHouse call; `op` learns whether this is a
-    /// retry (an insert then deduplicates against what may have landed).
+    /// A ClickHouse call under the sink's retry policy; `op` learns
+    /// whether this is a retry (an insert then deduplicates against what
+    /// may have landed).
     pub async fn retry<T, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T, IngestError>
     where
         F: FnMut(ClickHouseSink, bool) -> Fut,
         Fut: std::future::Future<Output = Result<T, IngestError>>,
     {
-        let first = AtomicBool::new(true);
-        self.retrying(what, || op(self.sink.clone(), !first.swap(false, Ordering::Relaxed))).await
+        self.policy.run(what, |retry| op(self.sink.clone(), retry)).await
     }
 
     /// Inserts one day's rows (retried; a retry first checks whether the
@@ -232,7 +166,7 @@ impl Writer {
         let span_rejects: Vec<&Reject> = batch.rejects.iter().filter(|r| r.span.is_some()).collect();
         self.send_to_dlq(span_rejects).await?;
         let pool = batch.pool();
-        metrics::buffers_reused(&self.metrics, pool.take_reused());
+        BuffersReused { buffers: pool.take_reused() }.emit(&self.metrics);
         stream::iter(batch.take_days(|topic, partition| self.sink.shard_of(topic, partition))?)
             .map(|(_day, rows)| self.insert_day(rows, &pool))
             .buffer_unordered(DAYS_AT_ONCE)
@@ -255,14 +189,15 @@ impl Writer {
         }
         // A failed send leaves the rejects it could not deliver pending.
         let pending: Mutex<Vec<&Reject>> = Mutex::new(rejects);
-        self.retrying("send rejects to the DLQ", || async {
-            let to_send = std::mem::take(&mut *pending.lock().unwrap_or_else(|p| p.into_inner()));
-            self.dlq.send_all(&to_send).await.map_err(|(failed, error)| {
-                *pending.lock().unwrap_or_else(|p| p.into_inner()) = failed;
-                error
+        self.policy
+            .run("send rejects to the DLQ", |_| async {
+                let to_send = std::mem::take(&mut *pending.lock().unwrap_or_else(|p| p.into_inner()));
+                self.dlq.send_all(&to_send).await.map_err(|(failed, error)| {
+                    *pending.lock().unwrap_or_else(|p| p.into_inner()) = failed;
+                    error
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// Rejects to their log, one INSERT per day received (and shard).

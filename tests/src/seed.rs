@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use inferlog_ingest::clickhouse_sink::{ClickHouseSink, EncodedRows, FirstRow};
+use inferlog_ingest::sink::{ClickHouseSink, EncodedRows, FirstRow};
 use inferlog_schema::generate::{Generator, GeneratorConfig};
 use inferlog_schema::hash::UserIdHasher;
 use inferlog_schema::{Contract, ContractConfig, InferenceEvent};

@@ -312,7 +312,7 @@ fn partitions_handed_over_while_batches_are_written_lose_and_double_nothing() {
 /// `HotRow`s: every column, NULL and set, long and non-ASCII strings.
 #[test]
 fn encoded_rows_are_stored_exactly_as_the_clickhouse_crates_own_rows() {
-    use inferlog_ingest::clickhouse_sink::ClickHouseSink;
+    use inferlog_ingest::sink::ClickHouseSink;
     use inferlog_store::model::rows::HotRow;
     use inferlog_store::ClickHouseConfig;
     use std::sync::Arc;

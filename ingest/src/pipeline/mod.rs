@@ -20,42 +20,45 @@
 //! long the outage, and memory stays two batches plus librdkafka's bounded
 //! prefetch.
 //!
-//! This file is the loop ([`run`]: consume, flush, drain, shut down); its
-//! steps are `message` (messages into the batch), `flush` (the batch to
-//! the writer, offsets committed) and `wait` (waits that keep serving
-//! the consumer, and the drain check).
+//! Each stage is a type that owns its state, as Quickwit's indexing
+//! pipeline is laid out: `source` (the consumer, the partitions owned,
+//! the waits that keep the group), the normalizer ([`crate::normalize`]),
+//! `batcher` (the batch and the dedup window), `write` (the writer task,
+//! one batch in flight) and `commit` (offsets, at shutdown within the
+//! budget). This file is the supervisor: it builds them, runs the loop
+//! ([`run`]: consume, flush, drain, shut down) and carries each stage's
+//! output to the next; the queue between batcher and writer holds one.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inferlog_schema::{Contract, ReasonCode, Rejection, UserIdHasher};
+use inferlog_schema::{Contract, UserIdHasher};
 use inferlog_store::retry::{self, Retryable};
-use rdkafka::consumer::Consumer as _;
-use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::TopicPartitionList;
+use rdkafka::message::Message;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use crate::batch::{Batch, PartitionKey, PartitionMap, RecentIds, Seen};
 use crate::broker::Broker;
-use crate::clickhouse_sink::{table_partition, ClickHouseSink};
 use crate::config::Config;
-use crate::dlq::{now_ms, Dlq, Reject, SpanRef};
+use crate::dlq::{now_ms, Dlq};
 use crate::error::IngestError;
+use crate::internal_events::{CaughtUpFlush, InFlightRows, InsertFailed, InternalEvent, SessionLost};
 use crate::late_days::LateDays;
-use crate::metrics::{self, Metrics};
-use crate::normalize::{self, Input, Normalizer, Outcome};
-use crate::offsets::{Delivery, DrainState};
-use crate::partitions::{self, Partitions, Status};
-use crate::redact::{Redacted, Redactor};
-use crate::service_metrics::{Interner, ServiceMetrics, Tally};
-use crate::source::{self, Consumer, FlushGate, RebalanceEvent, RebalanceLog};
+use crate::metrics::Metrics;
+use crate::normalize::{Input, Normalizer};
+use crate::redact::Redactor;
+use crate::service_metrics::{Interner, ServiceMetrics};
+use crate::sink::{table_partition, ClickHouseSink};
 use crate::writer::Writer;
 
-mod flush;
-mod message;
-mod wait;
+mod batcher;
+mod commit;
+mod source;
+mod write;
+
+use batcher::{Batcher, Normalized, Received};
+use commit::{Commit, Neighbours};
+use source::{Source, TopicEntry};
+use write::{InFlight, Write};
 
 /// How the daemon should stop.
 #[derive(Debug, Clone, Default)]
@@ -77,63 +80,18 @@ pub struct Summary {
 const CAUGHT_UP_AFTER: Duration = Duration::from_millis(100);
 /// With `--exit-when-idle`, how long past the idle time a member waits for its first partition.
 const NO_ASSIGNMENT_GRACE: Duration = Duration::from_secs(30);
-/// With `--exit-when-idle`, how long past the idle time ingest waits for partitions behind their end yet silent.
-const NOT_DRAINED_LIMIT: Duration = Duration::from_secs(300);
 /// With `--exit-when-idle`, how often the drain check asks the broker.
 const DRAIN_CHECK_EVERY: Duration = Duration::from_secs(1);
-/// A wait longer than this pauses the partitions and serves the consumer.
-const PAUSE_AFTER: Duration = Duration::from_secs(1);
-/// Longest a commit may take outside a shutdown (then it counts as failed).
-const COMMIT_LIMIT: Duration = Duration::from_secs(30);
 
-/// The batch the writer task is making durable.
-struct InFlight {
-    batch: Written,
-    task: JoinHandle<Result<(), IngestError>>,
-}
-
-/// What the pipeline keeps of a batch it handed to the writer.
-struct Written {
-    offsets: PartitionMap<(i64, i64)>,
-    buffered: usize,
-    rejects: usize,
-    /// What its rows add to the service metrics, once durable.
-    tallies: PartitionMap<Tally>,
-    started: Instant,
-}
-
-/// A topic's shared name and its per-topic metrics, looked up once.
-type TopicEntry = (Arc<str>, prometheus::IntCounter);
-
+/// The supervisor: the stages, and what it needs to carry between them.
 struct Pipeline {
     config: Config,
-    normalizer: Normalizer,
-    redactor: Redactor,
-    writer: Writer,
-    in_flight: Option<InFlight>,
-    gate: Arc<FlushGate>,
-    consumer: Arc<Consumer>,
-    broker: Broker,
-    rebalances: Arc<RebalanceLog>,
-    fatal: Arc<source::FatalError>,
     metrics: Metrics,
-    /// The live service metrics (absent when `service_metrics.enabled` is false).
-    service: Option<ServiceMetrics>,
-    partitions: Partitions,
-    topics: HashMap<String, TopicEntry>,
-    recent: RecentIds,
-    batch: Batch,
-    summary: Summary,
-    assigned_once: bool,
-    /// The batch filling now began when the one before it was full: when
-    /// the source goes quiet it is a backlog's tail, flushed whatever its size.
-    after_full: bool,
-    /// Messages that arrived while a wait served the consumer, with their generation.
-    carry: Vec<(OwnedMessage, u64)>,
-    /// Test hook: hold the next chunk until a revocation arrives.
-    hold_chunk: bool,
-    /// The last rebalance generation applied.
-    applied: u64,
+    source: Source,
+    normalizer: Normalizer,
+    batcher: Batcher,
+    write: Write,
+    commit: Commit<Broker>,
 }
 
 /// Runs until `shutdown` flips to true (then flushes and commits) or, with
@@ -160,53 +118,44 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         .retry(retry::backoff(backoff.0, backoff.1))
         .sleep(retry::ShutdownSleeper::new(shutdown.clone()))
         .when(|e| e.retry_in_place() && !*shutdown.borrow())
-        .notify(|e, wait| {
+        .notify(|error, backoff| {
             attempt += 1;
-            metrics::insert_failed(&metrics, e, attempt, wait);
+            InsertFailed { what: "prepare the tables", error, attempt, backoff }.emit(&metrics);
         })
         .await?;
-    let fence = source::fence_after(&config.kafka, config.clickhouse.request_timeout);
-    let source::Subscription { consumer, rebalances, gate, fatal } = source::subscribe(&config.kafka, fence, &metrics)?;
+    let fence = crate::source::fence_after(&config.kafka, config.clickhouse.request_timeout);
+    let subscription = crate::source::subscribe(&config.kafka, fence, &metrics)?;
     let dlq = Dlq::new(&config.kafka, metrics.clone())?;
     dlq.check_topic().await?;
+    let (consumer, gate) = (subscription.consumer.clone(), subscription.gate.clone());
     let lag = crate::lag::spawn(consumer.clone(), metrics.clone(), shutdown.clone());
+    let late = LateDays::new(config.retention.hot_days, config.postgres.clone());
+    let writer = Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone(), gate.clone(), late);
+    let broker = Broker::new(consumer, config.kafka.clone(), backoff, shutdown.clone(), metrics.clone());
+    let budget = writer.policy().budget().cloned().ok_or_else(|| IngestError::Config("the writer's retry policy has no shutdown budget".into()))?;
+    let source = Source::new(source::Parts {
+        subscription,
+        broker: broker.clone(),
+        kafka: config.kafka.clone(),
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+        sink: writer.sink.clone(),
+        policy: writer.policy().clone(),
+    });
     let mut p = Pipeline {
-        recent: RecentIds::new(config.ingest.dedup_window),
-        writer: Writer::new(
-            sink,
-            dlq,
-            config.ingest.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-            gate.clone(),
-            LateDays::new(config.retention.hot_days, config.postgres.clone()),
-        ),
-        broker: Broker::new(consumer.clone(), config.kafka.clone(), backoff, shutdown.clone(), metrics.clone()),
-        config,
+        batcher: Batcher::new(&config.ingest, redactor, metrics.clone()),
+        write: Write::new(writer, gate),
+        commit: Commit::new(broker, budget, service, metrics.clone()),
+        source,
         normalizer,
-        redactor,
-        in_flight: None,
-        gate,
-        consumer,
-        rebalances,
-        fatal,
         metrics,
-        service,
-        partitions: Partitions::default(),
-        topics: HashMap::new(),
-        batch: Batch::default(),
-        summary: Summary::default(),
-        assigned_once: false,
-        after_full: false,
-        carry: Vec::new(),
-        hold_chunk: crate::hooks::hold_chunk_until_revoked(),
-        applied: 0,
+        config,
     };
     tracing::info!(topics = ?p.config.kafka.topics, group = %p.config.kafka.group_id, assignor = %p.config.kafka.assignor, "ingest started");
     let result = p.consume(&options, &mut shutdown).await;
     lag.abort();
     let _ = lag.await;
-    let deadline = p.writer.start_deadline().unwrap_or_else(Instant::now);
+    let deadline = p.write.writer().start_deadline().unwrap_or_else(Instant::now);
     // Stop fetching, then make what was read durable and commit it within
     // the shutdown budget. Without the commit the messages are re-read, and
     // the replay log skips what landed.
@@ -221,12 +170,8 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
         }
         Err(e) => Err(e),
     };
-    if let Some(in_flight) = p.in_flight.take() {
-        // Not durable: nothing of it is committed, it is read again on restart.
-        in_flight.task.abort();
-        let _ = in_flight.task.await;
-    }
-    let summary = p.summary.clone();
+    p.write.abandon().await;
+    let summary = p.summary();
     p.close(deadline).await;
     result.map(|()| summary)
 }
@@ -237,68 +182,49 @@ impl Pipeline {
         let mut last_message = Instant::now();
         let mut last_drain_check = Instant::now() - DRAIN_CHECK_EVERY;
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
-        let consumer = self.consumer.clone();
+        let consumer = self.source.consumer();
         loop {
-            let flush_at = self.batch.flush_due(self.config.ingest.batch_max_age);
-            let caught_up_rows = self.config.ingest.flush_when_caught_up_rows;
-            let flush_when_caught_up = !self.batch.is_empty() && ((caught_up_rows > 0 && self.batch.rows >= caught_up_rows) || self.after_full);
+            let flush_at = self.batcher.flush_due();
+            let flush_when_caught_up = self.batcher.caught_up_due();
+            let busy = self.write.is_busy();
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(()),
                 // The batch in flight is durable: commit it now, not at the next hand-over.
-                written = written(&mut self.in_flight), if self.in_flight.is_some() => {
-                    if let Some(InFlight { batch, .. }) = self.in_flight.take() {
+                written = self.write.written(), if busy => {
+                    if let Some(InFlight { batch, .. }) = self.write.take() {
                         self.committed(batch, written.map_err(|e| IngestError::join("writer", e)).and_then(|r| r)).await?;
                     }
                 }
                 _ = async { tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now).into()).await }, if flush_at.is_some() => {
                     self.apply_rebalances()?;
-                    self.after_full = false;
+                    self.batcher.flushing_unfull();
                     self.flush().await?;
                 }
                 // Re-armed on every pass, so it fires only after CAUGHT_UP_AFTER without a message.
                 _ = tokio::time::sleep(CAUGHT_UP_AFTER), if flush_when_caught_up => {
                     self.apply_rebalances()?;
-                    metrics::caught_up_flush(&self.metrics, self.batch.rows);
-                    self.after_full = false;
+                    CaughtUpFlush { rows: self.batcher.rows() }.emit(&self.metrics);
+                    self.batcher.flushing_unfull();
                     self.flush().await?;
                 }
                 message = consumer.recv() => {
                     last_message = Instant::now();
-                    // Take what librdkafka already has, up to a chunk, without going back
-                    // through select! per message (recv is cancel-safe), each with its generation.
-                    let mut messages = Vec::with_capacity(normalize::CHUNK);
-                    let mut next = Some(message);
-                    while let Some(message) = next.take() {
-                        match message {
-                            Ok(message) => messages.push((message, self.rebalances.generation())),
-                            Err(e) => {
-                                self.waited_out(e)?;
-                                break;
-                            }
-                        }
-                        if messages.len() < normalize::CHUNK {
-                            next = futures_util::FutureExt::now_or_never(consumer.recv());
-                        }
-                    }
-                    if self.hold_chunk && self.summary.rows > 0 {
-                        self.hold_chunk = false;
-                        crate::hooks::hold_until_revoked(&consumer, &self.rebalances, &mut messages).await;
-                    }
+                    let messages = self.source.chunk(&consumer, message, self.commit.rows).await?;
                     self.handle_chunk(&messages).await?;
                     drop(messages);
                     self.handle_carried().await?;
-                    metrics::inflight(&self.metrics, self.buffered_rows());
+                    self.inflight();
                 }
                 _ = ticker.tick() => {
-                    self.check_fatal()?;
+                    self.source.check_fatal()?;
                     self.apply_rebalances()?;
                     if let Some(idle) = options.exit_when_idle {
-                        let grace = if self.assigned_once { Duration::ZERO } else { NO_ASSIGNMENT_GRACE };
-                        let quiet = self.batch.is_empty() && self.in_flight.is_none() && last_message.elapsed() >= idle;
+                        let grace = if self.source.assigned_once() { Duration::ZERO } else { NO_ASSIGNMENT_GRACE };
+                        let quiet = self.batcher.is_empty() && !self.write.is_busy() && last_message.elapsed() >= idle;
                         if quiet && started.elapsed() >= idle + grace && last_drain_check.elapsed() >= DRAIN_CHECK_EVERY {
                             last_drain_check = Instant::now();
-                            if self.drained(idle, grace, last_message.elapsed()).await? {
+                            if self.source.drained(idle, grace, last_message.elapsed()).await? {
                                 return Ok(());
                             }
                         }
@@ -308,20 +234,172 @@ impl Pipeline {
         }
     }
 
-    /// Stops on a permanent broker error (authentication, TLS) that
-    /// librdkafka's error callback reported.
-    fn check_fatal(&self) -> Result<(), IngestError> {
-        match self.fatal.get() {
-            None => Ok(()),
-            Some((code, reason)) => Err(self.broker.refused(code, reason)),
+    /// What the run did, from each stage's counts.
+    fn summary(&self) -> Summary {
+        Summary { messages: self.source.messages, rows: self.commit.rows, rejects: self.commit.rejects, duplicates: self.batcher.duplicates }
+    }
+
+    /// Rows and rejects buffered and not yet durable, to the gauge.
+    fn inflight(&self) {
+        InFlightRows { rows: self.batcher.rows() + self.write.buffered() }.emit(&self.metrics);
+    }
+
+    /// Applies every rebalance event received so far (between chunks).
+    fn apply_rebalances(&mut self) -> Result<(), IngestError> {
+        self.apply_through(u64::MAX)?;
+        self.inflight();
+        Ok(())
+    }
+
+    /// Applies the rebalance events that came before a message received
+    /// under `generation`: revoked partitions leave the batch.
+    fn apply_through(&mut self, generation: u64) -> Result<(), IngestError> {
+        let revoked = self.source.apply_through(generation)?;
+        if !revoked.is_empty() {
+            self.batcher.drop_partitions(&revoked);
         }
+        Ok(())
+    }
+
+    /// Normalizes a chunk of messages together, then takes them one by one
+    /// in order, each after the rebalance events received before it; a
+    /// batch that fills up on the way is handed to the write stage.
+    async fn handle_chunk<M: Message>(&mut self, messages: &[(M, u64)]) -> Result<(), IngestError> {
+        let received_ms = now_ms();
+        let topics: Vec<TopicEntry> = messages.iter().map(|(m, _)| self.source.topic(m.topic())).collect();
+        let mut inputs = Vec::with_capacity(messages.len());
+        for ((m, _), (topic, _)) in messages.iter().zip(&topics) {
+            let partition = table_partition(topic, m.partition())?;
+            let encoding = self.config.kafka.encoding(topic);
+            inputs.push(Input { payload: m.payload().unwrap_or_default(), topic, partition, offset: m.offset(), encoding });
+        }
+        let pieces = self.normalizer.normalize(&inputs, received_ms);
+        drop(inputs);
+        let mut messages = messages.iter().zip(topics);
+        let mut skews = crate::skew::Samples::default();
+        for piece in pieces {
+            let mut outcomes = piece.outcomes.into_iter();
+            let mut start = 0;
+            for end in piece.messages {
+                let Some(((message, generation), topic)) = messages.next() else { break };
+                let mut events = outcomes.by_ref().take((end.end - start) as usize);
+                start = end.end;
+                self.apply_through(*generation)?;
+                if let Some(admitted) = self.source.admit(message, *generation, &topic).await? {
+                    let key = (topic.0.clone(), message.partition());
+                    let (normalizer, encoding) = (&self.normalizer, self.config.kafka.encoding(&topic.0));
+                    let payload = message.payload().unwrap_or_default();
+                    let respan = |index| normalizer.span(payload, encoding, index);
+                    let normalized = Normalized { outcomes: events.by_ref(), skipped_spans: end.skipped_spans, encoded: &piece.bytes };
+                    let mut received = Received { at_ms: received_ms, skews: &mut skews };
+                    self.batcher.take_message(message, &key, admitted, normalized, &mut received, &respan);
+                }
+                // A message not taken (not owned, delivered again) leaves
+                // its outcomes here: they are its own, never the next message's.
+                events.for_each(drop);
+                if self.batcher.check_full() {
+                    self.flush().await?;
+                }
+            }
+        }
+        skews.flush();
+        Ok(())
+    }
+
+    /// Handles what arrived while a wait served the consumer.
+    async fn handle_carried(&mut self) -> Result<(), IngestError> {
+        loop {
+            let carried = self.source.take_carried();
+            if carried.is_empty() {
+                return Ok(());
+            }
+            self.handle_chunk(&carried).await?;
+        }
+    }
+
+    /// Hands the batch to the write stage, once the batch before it is
+    /// durable and committed.
+    async fn flush(&mut self) -> Result<(), IngestError> {
+        if self.batcher.is_empty() {
+            return Ok(());
+        }
+        self.finish_in_flight().await?;
+        // Revocations that arrived while the batch filled (a wait served
+        // the consumer) take their partitions' rows out first: the
+        // revocation callback has returned, so their next owner may
+        // already have looked up what is stored.
+        self.apply_rebalances()?;
+        if self.batcher.is_empty() {
+            return Ok(());
+        }
+        if self.batcher.after_full() && self.commit.rows > 0 {
+            self.source.hold_until_session_lost().await;
+        }
+        if self.source.assignment_lost() {
+            // The group session timed out: another member may own the
+            // partitions and have looked up what is stored. This batch's
+            // messages are read again by whoever owns them next, and so
+            // are those still queued here before the revocation.
+            SessionLost { rows: self.batcher.rows() }.emit(&self.metrics);
+            self.batcher.drop_all();
+            self.source.lose_all();
+            return Ok(());
+        }
+        let (batch, written) = self.batcher.cut();
+        self.write.hand_over(batch, written);
+        Ok(())
+    }
+
+    /// Waits for the batch in flight (serving the consumer), then commits it.
+    async fn finish_in_flight(&mut self) -> Result<(), IngestError> {
+        let Some(InFlight { batch, task }) = self.write.take() else { return Ok(()) };
+        let result = self.source.serve_while(task, "writer").await.and_then(|r| r);
+        self.committed(batch, result).await
+    }
+
+    /// The commit stage takes a finished batch.
+    async fn committed(&mut self, batch: batcher::Written, result: Result<(), IngestError>) -> Result<(), IngestError> {
+        let mut around = Around { source: &mut self.source, batcher: &mut self.batcher };
+        self.commit.committed(batch, result, &mut around).await?;
+        self.inflight();
+        Ok(())
+    }
+
+    /// Ends the run within the shutdown budget: pending done marks and
+    /// DLQ messages, then the consumer leaves the group. Each step is
+    /// bounded; the process exits whatever the broker does.
+    async fn close(self, deadline: Instant) {
+        let remaining = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+        let _ = tokio::time::timeout(remaining(), self.write.close()).await;
+        let dlq = self.write.writer().dlq.clone();
+        let wait = remaining().min(Duration::from_secs(5));
+        let _ = tokio::time::timeout(wait, tokio::task::spawn_blocking(move || dlq.flush(wait))).await;
+        // The commit stage's broker shares the consumer: dropped first, so
+        // leaving the group closes it.
+        let Pipeline { source, commit, write, .. } = self;
+        drop(commit);
+        drop(write);
+        source.leave(remaining()).await;
     }
 }
 
-/// Waits for the writer task of the batch in flight (forever if none).
-async fn written(in_flight: &mut Option<InFlight>) -> Result<Result<(), IngestError>, tokio::task::JoinError> {
-    match in_flight {
-        Some(f) => (&mut f.task).await,
-        None => std::future::pending().await,
+/// The source and batch stages as the commit stage sees them while it
+/// retries the last commit.
+struct Around<'a> {
+    source: &'a mut Source,
+    batcher: &'a mut Batcher,
+}
+
+impl Neighbours for Around<'_> {
+    fn owns(&self, key: &crate::batch::PartitionKey) -> bool {
+        self.source.owns(key)
+    }
+
+    async fn pause(&mut self, wait: Duration) -> Result<(), IngestError> {
+        let pause = tokio::spawn(tokio::time::sleep(wait));
+        self.source.serve_while_after(pause, "final commit", Duration::ZERO).await?;
+        let revoked = self.source.apply_through(u64::MAX)?;
+        self.batcher.drop_partitions(&revoked);
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@
 //! coordinates (topic, partition, offset). One INSERT holds one day, so it
 //! lands as one part of one partition and is atomic. After a crash or a
 //! rebalance, the new owner of a partition learns from the replay log
-//! ([`crate::replay_log`]) which offsets past the committed one are
+//! ([`crate::sink::replay_log`]) which offsets past the committed one are
 //! already handled and skips them.
 //!
 //! Every INSERT names its columns ([`inferlog_store::model::tables`]): a column an
@@ -33,7 +33,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use clickhouse::{Client, Row};
 use inferlog_store::model::rows::RejectRow;
 use inferlog_store::model::tables::{self, ExistingColumn, Shape};
@@ -41,54 +40,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ClickHouseConfig;
 use crate::error::IngestError;
-use crate::in_flight::{self, InsertIds};
-use crate::sort::Order;
 
-/// The row that names an insert: one of its rows, by everything that
-/// makes a hot row unique (its day, its message's Kafka coordinates and
-/// its index in the message). A retry looks it up to learn whether the
-/// attempt before landed. The coordinates alone do not name an insert:
-/// the spans of one OTLP message can fall on two UTC days, and the two
-/// days' inserts run side by side; the sibling's rows must not pass for
-/// this insert's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FirstRow {
-    pub day: u16,
-    pub topic: Arc<str>,
-    pub partition: i32,
-    pub offset: i64,
-    /// The event's index in its message: 0 for a JSON event, the span's for OTLP.
-    pub index: u32,
-}
-
-/// Rows of one UTC day, RowBinary-encoded, as one INSERT: `chunks` (one
-/// per partition of the batch) are sent in `order` when it is set
-/// ([`Order`], the table's sorting key, copied in pieces), else as they
-/// are; `first` names the insert ([`FirstRow`]).
-#[derive(Debug, Clone)]
-pub struct EncodedRows {
-    pub chunks: Vec<Bytes>,
-    /// Per chunk, where each of its rows ends (empty: not known, the
-    /// chunks go as they are); [`Order::of`] takes them.
-    pub ends: Vec<Vec<u32>>,
-    /// The rows in the table's order, once the writer computed it.
-    pub order: Option<Arc<Order>>,
-    pub first: FirstRow,
-    pub rows: usize,
-    /// The shard whose local table takes them (0 on one server).
-    pub shard: usize,
-}
-
-impl EncodedRows {
-    /// The insert's body: the rows in `order` when it is set, else the
-    /// chunks as they are.
-    pub fn body(&self) -> Box<dyn Iterator<Item = Bytes> + Send + '_> {
-        match &self.order {
-            Some(order) => Box::new(order.pieces(&self.chunks)),
-            None => Box::new(self.chunks.iter().cloned()),
-        }
-    }
-}
+use super::in_flight::{self, InsertIds};
+use super::request::{table_partition, EncodedRows};
 
 /// `call`, given up past `limit` as [`clickhouse::error::Error::TimedOut`]
 /// (transient: retried). The `clickhouse` crate bounds inserts but not
@@ -111,15 +65,6 @@ struct Landed<'a> {
     partition: u16,
     offset: u64,
     index: Option<u32>,
-}
-
-/// A Kafka partition number as the tables store it (`UInt16`). Ingest
-/// refuses a partition beyond it when it is assigned, so this never fails
-/// on an owned partition; it is never cast.
-pub fn table_partition(topic: &str, partition: i32) -> Result<u16, IngestError> {
-    u16::try_from(partition).map_err(|_| {
-        IngestError::Config(format!("partition {partition} of topic {topic} does not fit the tables' kafka_partition (UInt16, 0..=65535)"))
-    })
 }
 
 #[derive(Debug, Row, Deserialize)]
@@ -220,7 +165,7 @@ pub struct ClickHouseSink {
     /// attempt counts as failed, and its retry ends it first. Every query
     /// is bounded by it too ([`bounded`]).
     pub(crate) request_timeout: std::time::Duration,
-    /// Names every INSERT, for the fences of [`crate::in_flight`].
+    /// Names every INSERT, for the fences of [`crate::sink::in_flight`].
     pub(crate) ids: Arc<InsertIds>,
 }
 
@@ -590,12 +535,5 @@ mod tests {
         replicas.passed_over_until[1].store(3_000, Ordering::Relaxed);
         replicas.passed_over_until[2].store(4_000, Ordering::Relaxed);
         assert_eq!(replicas.pick(1_000), 1, "all passed over: the one whose time ends first");
-    }
-
-    #[test]
-    fn a_partition_beyond_uint16_is_refused_not_cast() {
-        assert_eq!(table_partition("t", 65_535).ok(), Some(65_535));
-        let e = table_partition("t", 65_536).expect_err("too large");
-        assert!(e.to_string().contains("partition 65536 of topic t"), "{e}");
     }
 }

@@ -1,6 +1,9 @@
-//! The commit stage. In: the next offset to read per partition, once
-//! everything before it is durable (rows in ClickHouse, rejects in the
-//! DLQ and their log). Out: the group's committed offsets.
+//! Offset commits as the broker takes them. In: the next offset to read
+//! per partition, once everything before it is durable (rows in
+//! ClickHouse, rejects in the DLQ and their log). Out: the group's
+//! committed offsets. The pipeline's commit stage
+//! ([`crate::pipeline`]'s `commit`) and a revocation's last commit
+//! ([`crate::source`]) both send them here.
 //!
 //! A commit that fails loses nothing: the rows are durable, and the
 //! partition's next reader skips them by the replay log. It is counted

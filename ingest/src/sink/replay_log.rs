@@ -30,15 +30,29 @@
 //! before its rows, so the log costs one small INSERT per batch.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
-use crate::batch::Coverage;
-use crate::clickhouse_sink::{bounded, table_partition, ClickHouseSink, OffsetRow};
+use super::in_flight;
+use super::request::table_partition;
+use super::service::{bounded, ClickHouseSink, OffsetRow};
 use crate::error::IngestError;
-use crate::in_flight;
 use crate::offsets::{RangeBuilder, StoredRanges};
+
+/// The offsets one batch handled in one partition, and where it wrote them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Coverage {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub first: i64,
+    pub last: i64,
+    /// Hot-table days (days since 1970-01-01) of its rows, ascending.
+    pub row_days: Vec<u16>,
+    /// Days its rejects are logged under (the day each was received).
+    pub reject_days: Vec<u16>,
+}
 
 /// Range states in the log.
 const INTENT: u8 = 0;
@@ -72,7 +86,7 @@ pub struct Entry {
 impl Entry {
     fn of(c: &Coverage, state: u8, now_ms: i64) -> Result<Entry, IngestError> {
         Ok(Entry {
-            day: crate::batch::reject_day(now_ms),
+            day: super::request::reject_day(now_ms),
             written_at: (now_ms / 1000) as u32,
             kafka_topic: c.topic.to_string(),
             kafka_partition: table_partition(&c.topic, c.partition)?,
@@ -262,7 +276,7 @@ impl ClickHouseSink {
 
     /// The offsets ≥ `from` of one partition an earlier reader handled,
     /// once the inserts into the pipeline's tables in flight have ended
-    /// ([`crate::in_flight`]): a killed writer's last insert lands before
+    /// ([`crate::sink::in_flight`]): a killed writer's last insert lands before
     /// the log and the tables are read, or not at all.
     /// On a cluster, all of it on the partition's shard, read without
     /// `select_sequential_consistency`: a part that reached one replica but
