@@ -4,9 +4,12 @@
 //! `TracesData`). Out: its spans in message order, each with its resource's
 //! attributes, or an `otlp.malformed` rejection for the whole message.
 //!
-//! Protobuf is read in place ([`super::wire`]); OTLP/JSON is decoded into
-//! `opentelemetry-proto`'s messages with their serde mapping (hex trace and
-//! span ids, 64-bit integers as strings) and viewed the same way.
+//! Protobuf is read in place ([`super::wire`]), OTLP/JSON straight into the
+//! same view ([`super::json`], with `opentelemetry-proto`'s serde mapping:
+//! hex trace and span ids, 64-bit integers as strings); a JSON message that
+//! reader leaves (a `bytesValue`, an object written as an array, or an
+//! error) is decoded into `opentelemetry-proto`'s messages, whose verdict
+//! and error stand, and viewed the same way.
 
 use inferlog_schema::{ReasonCode, Rejection};
 use inferlog_store::kafka::TopicEncoding;
@@ -33,7 +36,11 @@ pub fn decode<R>(payload: &[u8], encoding: TopicEncoding, read: impl FnOnce(&Tra
     match encoding {
         TopicEncoding::OtlpProto => wire::decode(payload).map(|t| read(&t)).map_err(|e| malformed("OTLP protobuf traces", &e)),
         TopicEncoding::OtlpJson => {
-            serde_json::from_slice::<TracesData>(payload).map(|t| read(&Traces::of(&t))).map_err(|e| malformed("OTLP/JSON traces", &e))
+            let arena = bumpalo::Bump::new();
+            match super::json::read(payload, &arena) {
+                Ok(traces) => Ok(read(&traces)),
+                Err(_) => serde_json::from_slice::<TracesData>(payload).map(|t| read(&Traces::of(&t))).map_err(|e| malformed("OTLP/JSON traces", &e)),
+            }
         }
         TopicEncoding::Json => Err(Rejection::whole_event(ReasonCode::OtlpMalformed, "a JSON topic holds events, not OTLP")),
     }

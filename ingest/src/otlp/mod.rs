@@ -4,7 +4,10 @@
 //! for ([`map`]), which the normalizing stage validates like any other.
 
 pub mod decode;
+pub mod json;
 pub mod map;
+#[cfg(test)]
+mod strategies;
 pub mod view;
 pub mod wire;
 

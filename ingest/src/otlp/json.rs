@@ -1,0 +1,925 @@
+//! OTLP/JSON read straight into the view. In: the payload of an
+//! `otlp_json` message (the OTLP/JSON mapping of `TracesData`, as the
+//! Collector's Kafka exporter writes it). Out: the [`Traces`] view the
+//! protobuf reader gives too, its strings borrowed from the payload (an
+//! escaped string, and each decoded id, copied once into the caller's
+//! arena), or an error.
+//!
+//! What the view holds is read by the rules of `opentelemetry-proto`'s
+//! serde mapping: camelCase names, unknown names skipped, a field given
+//! twice refused (an `AnyValue`'s last value wins instead), hex ids (`0x`
+//! allowed), 64-bit times as strings or numbers, `intValue` as a string or
+//! a number. What it does not hold (scopes, events, links, the status,
+//! key-value lists, entity references) is read with `opentelemetry-proto`'s
+//! own types, so it is checked as that crate checks it. What this reader
+//! leaves to that crate (a `bytesValue`, an object written as an array)
+//! is an error here, and [`super::decode`] then reads the message with
+//! `opentelemetry-proto`, whose verdict stands: this reader only ever
+//! takes a message that crate takes, and reads it the same (the tests
+//! below hold both).
+
+use std::fmt;
+
+use bumpalo::Bump;
+use opentelemetry_proto::tonic::common::v1::{EntityRef, InstrumentationScope, KeyValueList};
+use opentelemetry_proto::tonic::trace::v1::{span, Status};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::view::{Attribute, Resource, Span, Traces, Value};
+
+/// Reads `payload` into the view; strings that cannot be borrowed go to
+/// `arena`. The payload is checked to be UTF-8 once, whole, so its strings
+/// are not checked one by one (a payload that is not is left to
+/// `opentelemetry-proto`, whose verdict stands).
+pub fn read<'a>(payload: &'a [u8], arena: &'a Bump) -> Result<Traces<'a>, serde_json::Error> {
+    let text = std::str::from_utf8(payload).map_err(<serde_json::Error as de::Error>::custom)?;
+    let mut view = Traces::default();
+    let mut de = serde_json::Deserializer::from_str(text);
+    TracesData { view: &mut view, arena }.deserialize(&mut de)?;
+    de.end()?;
+    Ok(view)
+}
+
+/// A map key among `names`: its index, `None` for a name not among them.
+struct Key(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_identifier(self)
+    }
+}
+
+impl Visitor<'_> for Key {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().position(|n| *n == v))
+    }
+}
+
+/// The fields of one object met so far: a second one is refused, as
+/// serde's derived structs refuse it.
+#[derive(Default)]
+struct Seen(u32);
+
+impl Seen {
+    fn first<E: de::Error>(&mut self, names: &'static [&'static str], i: usize) -> Result<(), E> {
+        if self.0 & (1 << i) != 0 {
+            return Err(E::duplicate_field(names[i]));
+        }
+        self.0 |= 1 << i;
+        Ok(())
+    }
+}
+
+/// A string, borrowed from the payload or copied into the arena.
+#[derive(Clone, Copy)]
+struct Str<'a>(&'a Bump);
+
+impl<'a> DeserializeSeed<'a> for Str<'a> {
+    type Value = &'a str;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<&'a str, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'a> Visitor<'a> for Str<'a> {
+    type Value = &'a str;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'a str) -> Result<&'a str, E> {
+        Ok(v)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<&'a str, E> {
+        Ok(self.0.alloc_str(v))
+    }
+}
+
+/// Hex bytes (a trace or span id), decoded into the arena as `const_hex`
+/// decodes them for `opentelemetry-proto`.
+#[derive(Clone, Copy)]
+struct Hex<'a>(&'a Bump);
+
+impl<'a> DeserializeSeed<'a> for Hex<'a> {
+    type Value = &'a [u8];
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<&'a [u8], D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'a> Visitor<'a> for Hex<'a> {
+    type Value = &'a [u8];
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string representing hex-encoded bytes")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<&'a [u8], E> {
+        let digits = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")).unwrap_or(v);
+        let bytes = self.0.alloc_slice_fill_copy(digits.len() / 2, 0u8);
+        // Odd lengths and bad digits are refused as const_hex refuses them.
+        const_hex::decode_to_slice(v, bytes).map_err(E::custom)?;
+        Ok(bytes)
+    }
+}
+
+/// A u64 written as a number or a string (span times).
+struct U64;
+
+impl<'de> DeserializeSeed<'de> for U64 {
+    type Value = u64;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for U64 {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a u64 integer or a string containing a u64 integer")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+        Ok(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+        u64::try_from(v).map_err(|_| E::custom(format!("i64 value {v} is out of range for u64")))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+        v.parse::<u64>().map_err(E::custom)
+    }
+}
+
+/// An `intValue`: an i64 written as a number or a string.
+struct I64;
+
+impl<'de> DeserializeSeed<'de> for I64 {
+    type Value = i64;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<i64, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for I64 {
+    type Value = i64;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an i64 integer or a string containing an i64 integer")
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+        Ok(v)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
+        i64::try_from(v).map_err(|_| E::custom(format!("u64 value {v} is out of range for i64")))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<i64, E> {
+        v.parse::<i64>().map_err(E::custom)
+    }
+}
+
+/// `null` or what `S` reads.
+struct Nullable<S>(S);
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Nullable<S> {
+    type Value = Option<S::Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Nullable<S> {
+    type Value = Option<S::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("null or a value")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.0.deserialize(d).map(Some)
+    }
+}
+
+/// A JSON array, each element read by `element` and handed to `each`.
+struct Each<S, F>(S, F);
+
+impl<'de, S: DeserializeSeed<'de> + Copy, F: FnMut(S::Value)> DeserializeSeed<'de> for Each<S, F> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de> + Copy, F: FnMut(S::Value)> Visitor<'de> for Each<S, F> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(v) = seq.next_element_seed(self.0)? {
+            (self.1)(v);
+        }
+        Ok(())
+    }
+}
+
+/// An `AnyValue`: the kinds the view holds; `Other` for none set or a
+/// key-value list.
+#[derive(Clone, Copy)]
+struct AnyValue<'a>(&'a Bump);
+
+const ANY_VALUE: &[&str] = &["stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue"];
+
+impl<'a> DeserializeSeed<'a> for AnyValue<'a> {
+    type Value = Value<'a>;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Value<'a>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for AnyValue<'a> {
+    type Value = Value<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object for AnyValue")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Value<'a>, M::Error> {
+        // Several values: the last wins, as opentelemetry-proto's reads them.
+        let mut value = Value::Other;
+        while let Some(key) = map.next_key_seed(Key(ANY_VALUE))? {
+            let read = match key {
+                Some(0) => map.next_value_seed(Nullable(Str(self.0)))?.map(Value::Str),
+                Some(1) => map.next_value::<Option<bool>>()?.map(Value::Bool),
+                Some(2) => map.next_value_seed(Nullable(I64))?.map(Value::Int),
+                Some(3) => map.next_value::<Option<f64>>()?.map(Value::Double),
+                Some(4) => map.next_value_seed(Nullable(ArrayValue(self.0)))?.map(Value::Array),
+                Some(5) => map.next_value::<Option<KeyValueList>>()?.map(|_| Value::Other),
+                Some(_) => return Err(de::Error::custom("a bytesValue is read by opentelemetry-proto")),
+                None => map.next_value::<IgnoredAny>().map(|_| None)?,
+            };
+            if let Some(read) = read {
+                value = read;
+            }
+        }
+        Ok(value)
+    }
+}
+
+/// An `ArrayValue`: its values.
+#[derive(Clone, Copy)]
+struct ArrayValue<'a>(&'a Bump);
+
+const ARRAY_VALUE: &[&str] = &["values"];
+
+impl<'a> DeserializeSeed<'a> for ArrayValue<'a> {
+    type Value = Vec<Value<'a>>;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for ArrayValue<'a> {
+    type Value = Vec<Value<'a>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct ArrayValue")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut values = None;
+        while let Some(key) = map.next_key_seed(Key(ARRAY_VALUE))? {
+            match key {
+                Some(i) => {
+                    if values.is_some() {
+                        return Err(de::Error::duplicate_field(ARRAY_VALUE[i]));
+                    }
+                    let mut read = Vec::new();
+                    map.next_value_seed(Each(AnyValue(self.0), |v| read.push(v)))?;
+                    values = Some(read);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        values.ok_or_else(|| de::Error::missing_field("values"))
+    }
+}
+
+/// A `KeyValue`: an attribute.
+#[derive(Clone, Copy)]
+struct KeyValue<'a>(&'a Bump);
+
+const KEY_VALUE: &[&str] = &["key", "value", "keyStrindex"];
+
+impl<'a> DeserializeSeed<'a> for KeyValue<'a> {
+    type Value = Attribute<'a>;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Attribute<'a>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for KeyValue<'a> {
+    type Value = Attribute<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct KeyValue")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Attribute<'a>, M::Error> {
+        let (mut seen, mut key, mut value) = (Seen::default(), None, None);
+        while let Some(k) = map.next_key_seed(Key(KEY_VALUE))? {
+            let Some(i) = k else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            seen.first(KEY_VALUE, i)?;
+            match i {
+                0 => key = Some(map.next_value_seed(Str(self.0))?),
+                1 => value = map.next_value_seed(Nullable(AnyValue(self.0)))?,
+                _ => {
+                    map.next_value::<i32>()?;
+                }
+            }
+        }
+        let key = key.ok_or_else(|| de::Error::missing_field("key"))?;
+        Ok(Attribute { key, value })
+    }
+}
+
+/// Key-values into `out`.
+fn key_values<'a, 'v, M: MapAccess<'a>>(map: &mut M, arena: &'a Bump, out: &'v mut Vec<Attribute<'a>>) -> Result<(), M::Error> {
+    map.next_value_seed(Each(KeyValue(arena), |kv| out.push(kv)))
+}
+
+/// A `Resource`: its attributes.
+struct ResourceSeed<'a>(&'a Bump);
+
+const RESOURCE: &[&str] = &["attributes", "droppedAttributesCount", "entityRefs"];
+
+impl<'a> DeserializeSeed<'a> for ResourceSeed<'a> {
+    type Value = Vec<Attribute<'a>>;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for ResourceSeed<'a> {
+    type Value = Vec<Attribute<'a>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct Resource")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let (mut seen, mut attributes) = (Seen::default(), Vec::new());
+        while let Some(k) = map.next_key_seed(Key(RESOURCE))? {
+            let Some(i) = k else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            seen.first(RESOURCE, i)?;
+            match i {
+                0 => key_values(&mut map, self.0, &mut attributes)?,
+                1 => drop(map.next_value::<u32>()?),
+                _ => drop(map.next_value::<Vec<EntityRef>>()?),
+            }
+        }
+        Ok(attributes)
+    }
+}
+
+/// A string field the view does not hold, checked to be one.
+struct AnyStr;
+
+impl<'de> DeserializeSeed<'de> for AnyStr {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for AnyStr {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// A `Span`, pushed to the view with its attributes.
+struct SpanSeed<'v, 'a> {
+    view: &'v mut Traces<'a>,
+    arena: &'a Bump,
+}
+
+const SPAN: &[&str] = &[
+    "traceId",
+    "spanId",
+    "traceState",
+    "parentSpanId",
+    "flags",
+    "name",
+    "kind",
+    "startTimeUnixNano",
+    "endTimeUnixNano",
+    "attributes",
+    "droppedAttributesCount",
+    "events",
+    "droppedEventsCount",
+    "links",
+    "droppedLinksCount",
+    "status",
+];
+
+impl<'a> DeserializeSeed<'a> for SpanSeed<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for SpanSeed<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct Span")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
+        let arena = self.arena;
+        let mut seen = Seen::default();
+        let from = self.view.attributes.len();
+        let mut span = Span { attributes: from..from, ..Span::default() };
+        while let Some(k) = map.next_key_seed(Key(SPAN))? {
+            let Some(i) = k else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            seen.first(SPAN, i)?;
+            match i {
+                0 => span.trace_id = map.next_value_seed(Hex(arena))?,
+                1 => span.span_id = map.next_value_seed(Hex(arena))?,
+                2 => map.next_value_seed(AnyStr)?,
+                3 => drop(map.next_value_seed(Hex(arena))?),
+                4 | 10 | 12 | 14 => drop(map.next_value::<u32>()?),
+                5 => span.name = map.next_value_seed(Str(arena))?,
+                6 => drop(map.next_value::<i32>()?),
+                7 => span.start_time_unix_nano = map.next_value_seed(U64)?,
+                8 => span.end_time_unix_nano = map.next_value_seed(U64)?,
+                9 => key_values(&mut map, arena, &mut self.view.attributes)?,
+                11 => drop(map.next_value::<Vec<span::Event>>()?),
+                13 => drop(map.next_value::<Vec<span::Link>>()?),
+                _ => span.status_code = map.next_value::<Option<Status>>()?.map_or(0, |s| s.code),
+            }
+        }
+        span.attributes = from..self.view.attributes.len();
+        self.view.spans.push(span);
+        Ok(())
+    }
+}
+
+/// A `ScopeSpans`: its spans pushed to the view.
+struct ScopeSpans<'v, 'a> {
+    view: &'v mut Traces<'a>,
+    arena: &'a Bump,
+}
+
+const SCOPE_SPANS: &[&str] = &["scope", "spans", "schemaUrl"];
+
+impl<'a> DeserializeSeed<'a> for ScopeSpans<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for ScopeSpans<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct ScopeSpans")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
+        let mut seen = Seen::default();
+        while let Some(k) = map.next_key_seed(Key(SCOPE_SPANS))? {
+            let Some(i) = k else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            seen.first(SCOPE_SPANS, i)?;
+            match i {
+                0 => drop(map.next_value::<Option<InstrumentationScope>>()?),
+                1 => map.next_value_seed(Spans { view: &mut *self.view, arena: self.arena })?,
+                _ => map.next_value_seed(AnyStr)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A scope's spans, each pushed to the view.
+struct Spans<'v, 'a> {
+    view: &'v mut Traces<'a>,
+    arena: &'a Bump,
+}
+
+impl<'a> DeserializeSeed<'a> for Spans<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'a> Visitor<'a> for Spans<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence of spans")
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(SpanSeed { view: &mut *self.view, arena: self.arena })?.is_some() {}
+        Ok(())
+    }
+}
+
+/// A `ResourceSpans`: its spans pushed to the view, then its resource.
+struct ResourceSpans<'v, 'a> {
+    view: &'v mut Traces<'a>,
+    arena: &'a Bump,
+}
+
+const RESOURCE_SPANS: &[&str] = &["resource", "scopeSpans", "schemaUrl"];
+
+impl<'a> DeserializeSeed<'a> for ResourceSpans<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for ResourceSpans<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct ResourceSpans")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
+        let (mut seen, mut attributes) = (Seen::default(), Vec::new());
+        let first = self.view.spans.len();
+        while let Some(k) = map.next_key_seed(Key(RESOURCE_SPANS))? {
+            let Some(i) = k else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            seen.first(RESOURCE_SPANS, i)?;
+            match i {
+                0 => attributes = map.next_value_seed(Nullable(ResourceSeed(self.arena)))?.unwrap_or_default(),
+                1 => map.next_value_seed(EachScope { view: &mut *self.view, arena: self.arena })?,
+                _ => map.next_value_seed(AnyStr)?,
+            }
+        }
+        let spans = first..self.view.spans.len();
+        self.view.resources.push(Resource { attributes, spans });
+        Ok(())
+    }
+}
+
+/// A resource's scopes.
+struct EachScope<'v, 'a> {
+    view: &'v mut Traces<'a>,
+    arena: &'a Bump,
+}
+
+impl<'a> DeserializeSeed<'a> for EachScope<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'a> Visitor<'a> for EachScope<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence of scope spans")
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(ScopeSpans { view: &mut *self.view, arena: self.arena })?.is_some() {}
+        Ok(())
+    }
+}
+
+/// The message: `resourceSpans`, required.
+struct TracesData<'v, 'a> {
+    view: &'v mut Traces<'a>,
+    arena: &'a Bump,
+}
+
+const TRACES_DATA: &[&str] = &["resourceSpans"];
+
+impl<'a> DeserializeSeed<'a> for TracesData<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for TracesData<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct TracesData")
+    }
+
+    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
+        let mut seen = Seen::default();
+        while let Some(k) = map.next_key_seed(Key(TRACES_DATA))? {
+            let Some(i) = k else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            seen.first(TRACES_DATA, i)?;
+            map.next_value_seed(EachResource { view: &mut *self.view, arena: self.arena })?;
+        }
+        if seen.0 == 0 {
+            return Err(de::Error::missing_field("resourceSpans"));
+        }
+        Ok(())
+    }
+}
+
+/// The message's resources.
+struct EachResource<'v, 'a> {
+    view: &'v mut Traces<'a>,
+    arena: &'a Bump,
+}
+
+impl<'a> DeserializeSeed<'a> for EachResource<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'a> Visitor<'a> for EachResource<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence of resource spans")
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(ResourceSpans { view: &mut *self.view, arena: self.arena })?.is_some() {}
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry_proto::tonic::trace::v1::TracesData as ProtoTraces;
+    use proptest::prelude::*;
+    use serde_json::{json, Value as Json};
+
+    use super::*;
+    use crate::otlp::strategies::traces;
+
+    /// What `opentelemetry-proto` makes of `bytes`, viewed: `None` where it refuses them.
+    fn by_serde(bytes: &[u8]) -> Option<String> {
+        serde_json::from_slice::<ProtoTraces>(bytes).ok().map(|t| format!("{:?}", Traces::of(&t)))
+    }
+
+    /// What this reader makes of `bytes`: `None` where it leaves them.
+    fn by_reader(bytes: &[u8]) -> Option<String> {
+        let arena = Bump::new();
+        read(bytes, &arena).ok().map(|t| format!("{t:?}"))
+    }
+
+    /// Whatever this reader takes, opentelemetry-proto takes and reads the same.
+    fn agrees(bytes: &[u8]) -> Result<(), TestCaseError> {
+        if let Some(read) = by_reader(bytes) {
+            prop_assert_eq!(Some(read), by_serde(bytes), "{}", String::from_utf8_lossy(bytes));
+        }
+        Ok(())
+    }
+
+    /// Sets `name` to `value` in the `target`th object of `tree`, depth
+    /// first; counts the objects in `seen`.
+    fn set_in(tree: &mut Json, target: usize, seen: &mut usize, name: &str, value: &Json) {
+        match tree {
+            Json::Object(map) => {
+                if *seen == target {
+                    map.insert(name.to_owned(), value.clone());
+                }
+                *seen += 1;
+                map.values_mut().for_each(|v| set_in(v, target, seen, name, value));
+            }
+            Json::Array(items) => items.iter_mut().for_each(|v| set_in(v, target, seen, name, value)),
+            _ => {}
+        }
+    }
+
+    /// Every field name either mapping knows, and one neither does.
+    const NAMES: &[&str] = &[
+        "resourceSpans",
+        "resource",
+        "scopeSpans",
+        "schemaUrl",
+        "scope",
+        "spans",
+        "traceId",
+        "spanId",
+        "parentSpanId",
+        "name",
+        "kind",
+        "startTimeUnixNano",
+        "endTimeUnixNano",
+        "attributes",
+        "status",
+        "code",
+        "key",
+        "value",
+        "stringValue",
+        "boolValue",
+        "intValue",
+        "doubleValue",
+        "arrayValue",
+        "values",
+        "kvlistValue",
+        "events",
+        "flags",
+        "droppedAttributesCount",
+        "unknownField",
+    ];
+
+    fn replacement() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            Just(Json::Null),
+            Just(json!(true)),
+            Just(json!(7)),
+            Just(json!(-7)),
+            Just(json!(1.5)),
+            Just(json!(18446744073709551615u64)),
+            Just(json!("12")),
+            Just(json!("0x0a0b")),
+            Just(json!("abc")),
+            Just(json!("")),
+            Just(json!({})),
+            Just(json!([])),
+            Just(json!([{}])),
+            Just(json!({"values": []})),
+            Just(json!({"stringValue": "s", "intValue": "3"})),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+        /// opentelemetry-proto's JSON of a message reads as that crate reads
+        /// it (a bytesValue is left to it); with any field of any object
+        /// set to a value of another shape, whatever this reader takes,
+        /// that crate takes and reads the same; cut anywhere, the same.
+        #[test]
+        fn the_payload_reads_as_opentelemetry_proto_reads_it(
+            t in traces(),
+            at in any::<prop::sample::Index>(),
+            name in prop::sample::select(NAMES),
+            value in replacement(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let bytes = serde_json::to_vec(&t).expect("json");
+            let expected = by_serde(&bytes);
+            prop_assert!(expected.is_some(), "opentelemetry-proto reads its own JSON");
+            if !String::from_utf8_lossy(&bytes).contains("bytesValue") {
+                prop_assert_eq!(by_reader(&bytes), expected);
+            }
+            agrees(&bytes[..cut.index(bytes.len())])?;
+            let mut tree: Json = serde_json::from_slice(&bytes).expect("json");
+            let mut objects = 0;
+            set_in(&mut tree, usize::MAX, &mut objects, name, &value);
+            set_in(&mut tree, at.index(objects), &mut 0, name, &value);
+            agrees(&serde_json::to_vec(&tree).expect("json"))?;
+        }
+    }
+
+    /// The forms opentelemetry-proto takes besides its own output: numbers
+    /// for times and `intValue`, `0x` ids, escaped strings, unknown fields,
+    /// nulls, several values in one `AnyValue` (the last wins).
+    #[test]
+    fn the_forms_a_producer_may_write_read_the_same() {
+        let message = br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vllm \"a\"\n"}}]},
+            "scopeSpans":[{"scope":null,"spans":[{"traceId":"0x0102","spanId":"ABCDEF0123456789","name":"ch\u0061t",
+            "startTimeUnixNano":1700000000000000000,"endTimeUnixNano":"1700000000500000000","unknown":{"deep":[1,2,{}]},
+            "status":{"code":2},"attributes":[
+              {"key":"n","value":{"intValue":5}},{"key":"s","value":{"intValue":"-5"}},
+              {"key":"last","value":{"stringValue":"first","intValue":"9","boolValue":null}},
+              {"key":"d","value":{"doubleValue":3}},{"key":"none","value":{}},{"key":"nul","value":null},{"key":"nokv"},
+              {"key":"arr","value":{"arrayValue":{"values":[{"intValue":1},{"arrayValue":{"values":[]}}]}}},
+              {"key":"kv","value":{"kvlistValue":{"values":[{"key":"k"}]}}}]}]}]}]}"#;
+        let read = by_reader(message).expect("taken");
+        assert_eq!(Some(read.clone()), by_serde(message));
+        for part in [
+            "trace_id: [1, 2]",
+            "name: \"chat\"",
+            "Str(\"vllm \\\"a\\\"\\n\")",
+            "Int(9)",
+            "Double(3.0)",
+            "status_code: 2",
+            "Array([Int(1), Array([])])",
+        ] {
+            assert!(read.contains(part), "{part} in {read}");
+        }
+    }
+
+    /// What opentelemetry-proto refuses, this reader refuses too: a field
+    /// given twice, a required one missing, a value of the wrong kind.
+    #[test]
+    fn what_opentelemetry_proto_refuses_is_refused() {
+        let spans = |span: &str| format!(r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{span}]}}]}}]}}"#);
+        let refused = [
+            r#"{}"#.to_owned(),
+            r#"{"resourceSpans":[],"resourceSpans":[]}"#.to_owned(),
+            r#"{"resourceSpans":null}"#.to_owned(),
+            spans(r#"{"name":"a","name":"b"}"#),
+            spans(r#"{"name":null}"#),
+            spans(r#"{"traceId":"abc"}"#),
+            spans(r#"{"traceId":"zz"}"#),
+            spans(r#"{"startTimeUnixNano":-1}"#),
+            spans(r#"{"startTimeUnixNano":1.5}"#),
+            spans(r#"{"attributes":[{"value":{"intValue":1}}]}"#),
+            spans(r#"{"attributes":[{"key":"k","value":{"intValue":1.5}}]}"#),
+            spans(r#"{"attributes":[{"key":"k","value":{"intValue":"x"}}]}"#),
+            spans(r#"{"attributes":[{"key":"k","value":{"arrayValue":{}}}]}"#),
+            spans(r#"{"attributes":[{"key":"k","value":{"arrayValue":{"values":[null]}}}]}"#),
+            spans(r#"{"attributes":[{"key":"k","key":"l"}]}"#),
+            spans(r#"{"events":[{"timeUnixNano":"x"}]}"#),
+            spans(r#"{"status":{"code":"ERROR"}}"#),
+        ];
+        for message in refused {
+            assert_eq!(by_serde(message.as_bytes()), None, "opentelemetry-proto refuses {message}");
+            assert_eq!(by_reader(message.as_bytes()), None, "{message}");
+        }
+    }
+
+    /// A bytesValue is left to opentelemetry-proto, and `decode` reads the
+    /// message through it.
+    #[test]
+    fn a_bytes_value_is_read_by_opentelemetry_proto() {
+        let message = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"b","attributes":[{"key":"b","value":{"bytesValue":"AQI="}}]}]}]}]}"#;
+        assert_eq!(by_reader(message), None);
+        let got = crate::otlp::decode(message, inferlog_store::kafka::TopicEncoding::OtlpJson, |t| format!("{t:?}")).expect("decoded");
+        assert_eq!(Some(got), by_serde(message));
+    }
+}
