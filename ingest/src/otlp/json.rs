@@ -18,6 +18,7 @@
 //! takes a message that crate takes, and reads it the same (the tests
 //! below hold both).
 
+use std::cell::RefCell;
 use std::fmt;
 
 use bumpalo::Bump;
@@ -33,11 +34,11 @@ use super::view::{Attribute, Resource, Span, Traces, Value};
 /// `opentelemetry-proto`, whose verdict stands).
 pub fn read<'a>(payload: &'a [u8], arena: &'a Bump) -> Result<Traces<'a>, serde_json::Error> {
     let text = std::str::from_utf8(payload).map_err(<serde_json::Error as de::Error>::custom)?;
-    let mut view = Traces::default();
+    let view = RefCell::new(Traces::default());
     let mut de = serde_json::Deserializer::from_str(text);
-    TracesData { view: &mut view, arena }.deserialize(&mut de)?;
+    Read(TracesData(Fill { view: &view, arena })).deserialize(&mut de)?;
     de.end()?;
-    Ok(view)
+    Ok(view.into_inner())
 }
 
 /// A map key among `names`: its index, `None` for a name not among them.
@@ -60,21 +61,6 @@ impl Visitor<'_> for Key {
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
         Ok(self.0.iter().position(|n| *n == v))
-    }
-}
-
-/// The fields of one object met so far: a second one is refused, as
-/// serde's derived structs refuse it.
-#[derive(Default)]
-struct Seen(u32);
-
-impl Seen {
-    fn first<E: de::Error>(&mut self, names: &'static [&'static str], i: usize) -> Result<(), E> {
-        if self.0 & (1 << i) != 0 {
-            return Err(E::duplicate_field(names[i]));
-        }
-        self.0 |= 1 << i;
-        Ok(())
     }
 }
 
@@ -228,10 +214,10 @@ impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Nullable<S> {
     }
 }
 
-/// A JSON array, each element read by `element` and handed to `each`.
-struct Each<S, F>(S, F);
+/// A JSON array, each element read by a seed `make` gives and handed to `each`.
+struct Each<M, F>(M, F);
 
-impl<'de, S: DeserializeSeed<'de> + Copy, F: FnMut(S::Value)> DeserializeSeed<'de> for Each<S, F> {
+impl<'de, S: DeserializeSeed<'de>, M: Fn() -> S, F: FnMut(S::Value)> DeserializeSeed<'de> for Each<M, F> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -239,7 +225,7 @@ impl<'de, S: DeserializeSeed<'de> + Copy, F: FnMut(S::Value)> DeserializeSeed<'d
     }
 }
 
-impl<'de, S: DeserializeSeed<'de> + Copy, F: FnMut(S::Value)> Visitor<'de> for Each<S, F> {
+impl<'de, S: DeserializeSeed<'de>, M: Fn() -> S, F: FnMut(S::Value)> Visitor<'de> for Each<M, F> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -247,15 +233,73 @@ impl<'de, S: DeserializeSeed<'de> + Copy, F: FnMut(S::Value)> Visitor<'de> for E
     }
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(v) = seq.next_element_seed(self.0)? {
+        while let Some(v) = seq.next_element_seed((self.0)())? {
             (self.1)(v);
         }
         Ok(())
     }
 }
 
+/// An OTLP message type read from a JSON object, as serde's derived
+/// structs read it: a known field ([`Object::FIELDS`]) is handed to
+/// [`Object::field`] once (a second refuses the object), an unknown one
+/// is skipped, and [`Object::end`] gives the result.
+trait Object<'a> {
+    /// For errors: "struct Span".
+    const NAME: &'static str;
+    const FIELDS: &'static [&'static str];
+    type Out;
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, i: usize) -> Result<(), M::Error>;
+    /// `seen` has bit `i` set for each field met.
+    fn end<E: de::Error>(self, seen: u32) -> Result<Self::Out, E>;
+}
+
+/// Reads an [`Object`].
+struct Read<O>(O);
+
+impl<'a, O: Object<'a>> DeserializeSeed<'a> for Read<O> {
+    type Value = O::Out;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<O::Out, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'a, O: Object<'a>> Visitor<'a> for Read<O> {
+    type Value = O::Out;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(O::NAME)
+    }
+
+    fn visit_map<M: MapAccess<'a>>(mut self, mut map: M) -> Result<O::Out, M::Error> {
+        let mut seen = 0u32;
+        while let Some(key) = map.next_key_seed(Key(O::FIELDS))? {
+            let Some(i) = key else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if seen & (1 << i) != 0 {
+                return Err(de::Error::duplicate_field(O::FIELDS[i]));
+            }
+            seen |= 1 << i;
+            self.0.field(&mut map, i)?;
+        }
+        self.0.end(seen)
+    }
+}
+
+/// Where the message's parts go: the view (shared by the nested readers,
+/// each borrowing it only to push what it read) and the arena.
+#[derive(Clone, Copy)]
+struct Fill<'v, 'a> {
+    view: &'v RefCell<Traces<'a>>,
+    arena: &'a Bump,
+}
+
 /// An `AnyValue`: the kinds the view holds; `Other` for none set or a
-/// key-value list.
+/// key-value list. Not an [`Object`]: a value given again is no error,
+/// the last wins, as opentelemetry-proto reads it.
 #[derive(Clone, Copy)]
 struct AnyValue<'a>(&'a Bump);
 
@@ -277,7 +321,6 @@ impl<'a> Visitor<'a> for AnyValue<'a> {
     }
 
     fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Value<'a>, M::Error> {
-        // Several values: the last wins, as opentelemetry-proto's reads them.
         let mut value = Value::Other;
         while let Some(key) = map.next_key_seed(Key(ANY_VALUE))? {
             let read = match key {
@@ -285,7 +328,7 @@ impl<'a> Visitor<'a> for AnyValue<'a> {
                 Some(1) => map.next_value::<Option<bool>>()?.map(Value::Bool),
                 Some(2) => map.next_value_seed(Nullable(I64))?.map(Value::Int),
                 Some(3) => map.next_value::<Option<f64>>()?.map(Value::Double),
-                Some(4) => map.next_value_seed(Nullable(ArrayValue(self.0)))?.map(Value::Array),
+                Some(4) => map.next_value_seed(Nullable(Read(ArrayValue { arena: self.0, values: Vec::new() })))?.map(Value::Array),
                 Some(5) => map.next_value::<Option<KeyValueList>>()?.map(|_| Value::Other),
                 Some(_) => return Err(de::Error::custom("a bytesValue is read by opentelemetry-proto")),
                 None => map.next_value::<IgnoredAny>().map(|_| None)?,
@@ -298,130 +341,89 @@ impl<'a> Visitor<'a> for AnyValue<'a> {
     }
 }
 
-/// An `ArrayValue`: its values.
-#[derive(Clone, Copy)]
-struct ArrayValue<'a>(&'a Bump);
-
-const ARRAY_VALUE: &[&str] = &["values"];
-
-impl<'a> DeserializeSeed<'a> for ArrayValue<'a> {
-    type Value = Vec<Value<'a>>;
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
+/// An `ArrayValue`: its values (required).
+struct ArrayValue<'a> {
+    arena: &'a Bump,
+    values: Vec<Value<'a>>,
 }
 
-impl<'a> Visitor<'a> for ArrayValue<'a> {
-    type Value = Vec<Value<'a>>;
+impl<'a> Object<'a> for ArrayValue<'a> {
+    const NAME: &'static str = "struct ArrayValue";
+    const FIELDS: &'static [&'static str] = &["values"];
+    type Out = Vec<Value<'a>>;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("struct ArrayValue")
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, _: usize) -> Result<(), M::Error> {
+        let (arena, values) = (self.arena, &mut self.values);
+        map.next_value_seed(Each(|| AnyValue(arena), |v| values.push(v)))
     }
 
-    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-        let mut values = None;
-        while let Some(key) = map.next_key_seed(Key(ARRAY_VALUE))? {
-            match key {
-                Some(i) => {
-                    if values.is_some() {
-                        return Err(de::Error::duplicate_field(ARRAY_VALUE[i]));
-                    }
-                    let mut read = Vec::new();
-                    map.next_value_seed(Each(AnyValue(self.0), |v| read.push(v)))?;
-                    values = Some(read);
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
+    fn end<E: de::Error>(self, seen: u32) -> Result<Self::Out, E> {
+        if seen == 0 {
+            return Err(E::missing_field("values"));
         }
-        values.ok_or_else(|| de::Error::missing_field("values"))
+        Ok(self.values)
     }
 }
 
-/// A `KeyValue`: an attribute.
-#[derive(Clone, Copy)]
-struct KeyValue<'a>(&'a Bump);
+/// A `KeyValue`: an attribute (its key required).
+struct KeyValue<'a> {
+    arena: &'a Bump,
+    key: Option<&'a str>,
+    value: Option<Value<'a>>,
+}
 
-const KEY_VALUE: &[&str] = &["key", "value", "keyStrindex"];
-
-impl<'a> DeserializeSeed<'a> for KeyValue<'a> {
-    type Value = Attribute<'a>;
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Attribute<'a>, D::Error> {
-        d.deserialize_map(self)
+impl<'a> KeyValue<'a> {
+    fn new(arena: &'a Bump) -> Read<KeyValue<'a>> {
+        Read(KeyValue { arena, key: None, value: None })
     }
 }
 
-impl<'a> Visitor<'a> for KeyValue<'a> {
-    type Value = Attribute<'a>;
+impl<'a> Object<'a> for KeyValue<'a> {
+    const NAME: &'static str = "struct KeyValue";
+    const FIELDS: &'static [&'static str] = &["key", "value", "keyStrindex"];
+    type Out = Attribute<'a>;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("struct KeyValue")
-    }
-
-    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Attribute<'a>, M::Error> {
-        let (mut seen, mut key, mut value) = (Seen::default(), None, None);
-        while let Some(k) = map.next_key_seed(Key(KEY_VALUE))? {
-            let Some(i) = k else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            seen.first(KEY_VALUE, i)?;
-            match i {
-                0 => key = Some(map.next_value_seed(Str(self.0))?),
-                1 => value = map.next_value_seed(Nullable(AnyValue(self.0)))?,
-                _ => {
-                    map.next_value::<i32>()?;
-                }
-            }
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, i: usize) -> Result<(), M::Error> {
+        match i {
+            0 => self.key = Some(map.next_value_seed(Str(self.arena))?),
+            1 => self.value = map.next_value_seed(Nullable(AnyValue(self.arena)))?,
+            _ => drop(map.next_value::<i32>()?),
         }
-        let key = key.ok_or_else(|| de::Error::missing_field("key"))?;
-        Ok(Attribute { key, value })
+        Ok(())
+    }
+
+    fn end<E: de::Error>(self, _: u32) -> Result<Attribute<'a>, E> {
+        let key = self.key.ok_or_else(|| E::missing_field("key"))?;
+        Ok(Attribute { key, value: self.value })
     }
 }
 
 /// Key-values into `out`.
-fn key_values<'a, 'v, M: MapAccess<'a>>(map: &mut M, arena: &'a Bump, out: &'v mut Vec<Attribute<'a>>) -> Result<(), M::Error> {
-    map.next_value_seed(Each(KeyValue(arena), |kv| out.push(kv)))
+fn key_values<'a, M: MapAccess<'a>>(map: &mut M, arena: &'a Bump, out: &mut Vec<Attribute<'a>>) -> Result<(), M::Error> {
+    map.next_value_seed(Each(|| KeyValue::new(arena), |kv| out.push(kv)))
 }
 
 /// A `Resource`: its attributes.
-struct ResourceSeed<'a>(&'a Bump);
-
-const RESOURCE: &[&str] = &["attributes", "droppedAttributesCount", "entityRefs"];
-
-impl<'a> DeserializeSeed<'a> for ResourceSeed<'a> {
-    type Value = Vec<Attribute<'a>>;
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
+struct ResourceAttributes<'a> {
+    arena: &'a Bump,
+    attributes: Vec<Attribute<'a>>,
 }
 
-impl<'a> Visitor<'a> for ResourceSeed<'a> {
-    type Value = Vec<Attribute<'a>>;
+impl<'a> Object<'a> for ResourceAttributes<'a> {
+    const NAME: &'static str = "struct Resource";
+    const FIELDS: &'static [&'static str] = &["attributes", "droppedAttributesCount", "entityRefs"];
+    type Out = Vec<Attribute<'a>>;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("struct Resource")
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, i: usize) -> Result<(), M::Error> {
+        match i {
+            0 => key_values(map, self.arena, &mut self.attributes),
+            1 => map.next_value::<u32>().map(drop),
+            _ => map.next_value::<Vec<EntityRef>>().map(drop),
+        }
     }
 
-    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-        let (mut seen, mut attributes) = (Seen::default(), Vec::new());
-        while let Some(k) = map.next_key_seed(Key(RESOURCE))? {
-            let Some(i) = k else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            seen.first(RESOURCE, i)?;
-            match i {
-                0 => key_values(&mut map, self.0, &mut attributes)?,
-                1 => drop(map.next_value::<u32>()?),
-                _ => drop(map.next_value::<Vec<EntityRef>>()?),
-            }
-        }
-        Ok(attributes)
+    fn end<E: de::Error>(self, _: u32) -> Result<Self::Out, E> {
+        Ok(self.attributes)
     }
 }
 
@@ -448,281 +450,156 @@ impl Visitor<'_> for AnyStr {
     }
 }
 
-/// A `Span`, pushed to the view with its attributes.
-struct SpanSeed<'v, 'a> {
-    view: &'v mut Traces<'a>,
-    arena: &'a Bump,
+/// A `Span`, pushed to the view; its attributes go to the view's list
+/// as they are read.
+struct SpanPart<'v, 'a> {
+    fill: Fill<'v, 'a>,
+    span: Span<'a>,
 }
 
-const SPAN: &[&str] = &[
-    "traceId",
-    "spanId",
-    "traceState",
-    "parentSpanId",
-    "flags",
-    "name",
-    "kind",
-    "startTimeUnixNano",
-    "endTimeUnixNano",
-    "attributes",
-    "droppedAttributesCount",
-    "events",
-    "droppedEventsCount",
-    "links",
-    "droppedLinksCount",
-    "status",
-];
-
-impl<'a> DeserializeSeed<'a> for SpanSeed<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
+impl<'v, 'a> SpanPart<'v, 'a> {
+    fn new(fill: Fill<'v, 'a>) -> Read<SpanPart<'v, 'a>> {
+        Read(SpanPart { fill, span: Span::default() })
     }
 }
 
-impl<'a> Visitor<'a> for SpanSeed<'_, 'a> {
-    type Value = ();
+/// The bit of the span's `attributes` among [`SpanPart`]'s fields.
+const SPAN_ATTRIBUTES: usize = 9;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("struct Span")
-    }
+impl<'a> Object<'a> for SpanPart<'_, 'a> {
+    const NAME: &'static str = "struct Span";
+    const FIELDS: &'static [&'static str] = &[
+        "traceId",
+        "spanId",
+        "traceState",
+        "parentSpanId",
+        "flags",
+        "name",
+        "kind",
+        "startTimeUnixNano",
+        "endTimeUnixNano",
+        "attributes",
+        "droppedAttributesCount",
+        "events",
+        "droppedEventsCount",
+        "links",
+        "droppedLinksCount",
+        "status",
+    ];
+    type Out = ();
 
-    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
-        let arena = self.arena;
-        let mut seen = Seen::default();
-        let from = self.view.attributes.len();
-        let mut span = Span { attributes: from..from, ..Span::default() };
-        while let Some(k) = map.next_key_seed(Key(SPAN))? {
-            let Some(i) = k else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            seen.first(SPAN, i)?;
-            match i {
-                0 => span.trace_id = map.next_value_seed(Hex(arena))?,
-                1 => span.span_id = map.next_value_seed(Hex(arena))?,
-                2 => map.next_value_seed(AnyStr)?,
-                3 => drop(map.next_value_seed(Hex(arena))?),
-                4 | 10 | 12 | 14 => drop(map.next_value::<u32>()?),
-                5 => span.name = map.next_value_seed(Str(arena))?,
-                6 => drop(map.next_value::<i32>()?),
-                7 => span.start_time_unix_nano = map.next_value_seed(U64)?,
-                8 => span.end_time_unix_nano = map.next_value_seed(U64)?,
-                9 => key_values(&mut map, arena, &mut self.view.attributes)?,
-                11 => drop(map.next_value::<Vec<span::Event>>()?),
-                13 => drop(map.next_value::<Vec<span::Link>>()?),
-                _ => span.status_code = map.next_value::<Option<Status>>()?.map_or(0, |s| s.code),
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, i: usize) -> Result<(), M::Error> {
+        let (arena, view, span) = (self.fill.arena, self.fill.view, &mut self.span);
+        match i {
+            0 => span.trace_id = map.next_value_seed(Hex(arena))?,
+            1 => span.span_id = map.next_value_seed(Hex(arena))?,
+            2 => map.next_value_seed(AnyStr)?,
+            3 => drop(map.next_value_seed(Hex(arena))?),
+            4 | 10 | 12 | 14 => drop(map.next_value::<u32>()?),
+            5 => span.name = map.next_value_seed(Str(arena))?,
+            6 => drop(map.next_value::<i32>()?),
+            7 => span.start_time_unix_nano = map.next_value_seed(U64)?,
+            8 => span.end_time_unix_nano = map.next_value_seed(U64)?,
+            SPAN_ATTRIBUTES => {
+                let from = view.borrow().attributes.len();
+                map.next_value_seed(Each(|| KeyValue::new(arena), |kv| view.borrow_mut().attributes.push(kv)))?;
+                span.attributes = from..view.borrow().attributes.len();
             }
+            11 => drop(map.next_value::<Vec<span::Event>>()?),
+            13 => drop(map.next_value::<Vec<span::Link>>()?),
+            _ => span.status_code = map.next_value::<Option<Status>>()?.map_or(0, |s| s.code),
         }
-        span.attributes = from..self.view.attributes.len();
-        self.view.spans.push(span);
+        Ok(())
+    }
+
+    fn end<E: de::Error>(mut self, seen: u32) -> Result<(), E> {
+        let mut view = self.fill.view.borrow_mut();
+        if seen & (1 << SPAN_ATTRIBUTES) == 0 {
+            let at = view.attributes.len();
+            self.span.attributes = at..at;
+        }
+        view.spans.push(self.span);
         Ok(())
     }
 }
 
 /// A `ScopeSpans`: its spans pushed to the view.
-struct ScopeSpans<'v, 'a> {
-    view: &'v mut Traces<'a>,
-    arena: &'a Bump,
-}
+struct ScopeSpans<'v, 'a>(Fill<'v, 'a>);
 
-const SCOPE_SPANS: &[&str] = &["scope", "spans", "schemaUrl"];
+impl<'a> Object<'a> for ScopeSpans<'_, 'a> {
+    const NAME: &'static str = "struct ScopeSpans";
+    const FIELDS: &'static [&'static str] = &["scope", "spans", "schemaUrl"];
+    type Out = ();
 
-impl<'a> DeserializeSeed<'a> for ScopeSpans<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'a> Visitor<'a> for ScopeSpans<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("struct ScopeSpans")
-    }
-
-    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
-        let mut seen = Seen::default();
-        while let Some(k) = map.next_key_seed(Key(SCOPE_SPANS))? {
-            let Some(i) = k else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            seen.first(SCOPE_SPANS, i)?;
-            match i {
-                0 => drop(map.next_value::<Option<InstrumentationScope>>()?),
-                1 => map.next_value_seed(Spans { view: &mut *self.view, arena: self.arena })?,
-                _ => map.next_value_seed(AnyStr)?,
-            }
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, i: usize) -> Result<(), M::Error> {
+        let fill = self.0;
+        match i {
+            0 => map.next_value::<Option<InstrumentationScope>>().map(drop),
+            1 => map.next_value_seed(Each(|| SpanPart::new(fill), drop)),
+            _ => map.next_value_seed(AnyStr),
         }
-        Ok(())
-    }
-}
-
-/// A scope's spans, each pushed to the view.
-struct Spans<'v, 'a> {
-    view: &'v mut Traces<'a>,
-    arena: &'a Bump,
-}
-
-impl<'a> DeserializeSeed<'a> for Spans<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'a> Visitor<'a> for Spans<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a sequence of spans")
     }
 
-    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(SpanSeed { view: &mut *self.view, arena: self.arena })?.is_some() {}
+    fn end<E: de::Error>(self, _: u32) -> Result<(), E> {
         Ok(())
     }
 }
 
 /// A `ResourceSpans`: its spans pushed to the view, then its resource.
 struct ResourceSpans<'v, 'a> {
-    view: &'v mut Traces<'a>,
-    arena: &'a Bump,
+    fill: Fill<'v, 'a>,
+    /// Where its spans start in the view.
+    first: usize,
+    attributes: Vec<Attribute<'a>>,
 }
 
-const RESOURCE_SPANS: &[&str] = &["resource", "scopeSpans", "schemaUrl"];
+impl<'a> Object<'a> for ResourceSpans<'_, 'a> {
+    const NAME: &'static str = "struct ResourceSpans";
+    const FIELDS: &'static [&'static str] = &["resource", "scopeSpans", "schemaUrl"];
+    type Out = ();
 
-impl<'a> DeserializeSeed<'a> for ResourceSpans<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'a> Visitor<'a> for ResourceSpans<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("struct ResourceSpans")
-    }
-
-    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
-        let (mut seen, mut attributes) = (Seen::default(), Vec::new());
-        let first = self.view.spans.len();
-        while let Some(k) = map.next_key_seed(Key(RESOURCE_SPANS))? {
-            let Some(i) = k else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            seen.first(RESOURCE_SPANS, i)?;
-            match i {
-                0 => attributes = map.next_value_seed(Nullable(ResourceSeed(self.arena)))?.unwrap_or_default(),
-                1 => map.next_value_seed(EachScope { view: &mut *self.view, arena: self.arena })?,
-                _ => map.next_value_seed(AnyStr)?,
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, i: usize) -> Result<(), M::Error> {
+        let fill = self.fill;
+        match i {
+            0 => {
+                let resource = Read(ResourceAttributes { arena: fill.arena, attributes: Vec::new() });
+                self.attributes = map.next_value_seed(Nullable(resource))?.unwrap_or_default();
+                Ok(())
             }
+            1 => map.next_value_seed(Each(|| Read(ScopeSpans(fill)), drop)),
+            _ => map.next_value_seed(AnyStr),
         }
-        let spans = first..self.view.spans.len();
-        self.view.resources.push(Resource { attributes, spans });
-        Ok(())
-    }
-}
-
-/// A resource's scopes.
-struct EachScope<'v, 'a> {
-    view: &'v mut Traces<'a>,
-    arena: &'a Bump,
-}
-
-impl<'a> DeserializeSeed<'a> for EachScope<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'a> Visitor<'a> for EachScope<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a sequence of scope spans")
     }
 
-    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(ScopeSpans { view: &mut *self.view, arena: self.arena })?.is_some() {}
+    fn end<E: de::Error>(self, _: u32) -> Result<(), E> {
+        let mut view = self.fill.view.borrow_mut();
+        let spans = self.first..view.spans.len();
+        view.resources.push(Resource { attributes: self.attributes, spans });
         Ok(())
     }
 }
 
 /// The message: `resourceSpans`, required.
-struct TracesData<'v, 'a> {
-    view: &'v mut Traces<'a>,
-    arena: &'a Bump,
-}
+struct TracesData<'v, 'a>(Fill<'v, 'a>);
 
-const TRACES_DATA: &[&str] = &["resourceSpans"];
+impl<'a> Object<'a> for TracesData<'_, 'a> {
+    const NAME: &'static str = "struct TracesData";
+    const FIELDS: &'static [&'static str] = &["resourceSpans"];
+    type Out = ();
 
-impl<'a> DeserializeSeed<'a> for TracesData<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'a> Visitor<'a> for TracesData<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("struct TracesData")
+    fn field<M: MapAccess<'a>>(&mut self, map: &mut M, _: usize) -> Result<(), M::Error> {
+        let fill = self.0;
+        let resource = || {
+            let first = fill.view.borrow().spans.len();
+            Read(ResourceSpans { fill, first, attributes: Vec::new() })
+        };
+        map.next_value_seed(Each(resource, drop))
     }
 
-    fn visit_map<M: MapAccess<'a>>(self, mut map: M) -> Result<(), M::Error> {
-        let mut seen = Seen::default();
-        while let Some(k) = map.next_key_seed(Key(TRACES_DATA))? {
-            let Some(i) = k else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            seen.first(TRACES_DATA, i)?;
-            map.next_value_seed(EachResource { view: &mut *self.view, arena: self.arena })?;
+    fn end<E: de::Error>(self, seen: u32) -> Result<(), E> {
+        if seen == 0 {
+            return Err(E::missing_field("resourceSpans"));
         }
-        if seen.0 == 0 {
-            return Err(de::Error::missing_field("resourceSpans"));
-        }
-        Ok(())
-    }
-}
-
-/// The message's resources.
-struct EachResource<'v, 'a> {
-    view: &'v mut Traces<'a>,
-    arena: &'a Bump,
-}
-
-impl<'a> DeserializeSeed<'a> for EachResource<'_, 'a> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'a> Visitor<'a> for EachResource<'_, 'a> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a sequence of resource spans")
-    }
-
-    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(ResourceSpans { view: &mut *self.view, arena: self.arena })?.is_some() {}
         Ok(())
     }
 }

@@ -174,6 +174,19 @@ mod tests {
         IngestError::Config("refused".into())
     }
 
+    /// Runs `policy` on an attempt that always fails with `error()`: the
+    /// result and the number of attempts.
+    async fn always_failing(policy: &RetryPolicy, error: fn() -> IngestError) -> (Result<(), IngestError>, u32) {
+        let calls = AtomicU32::new(0);
+        let got = policy
+            .run("insert", |_| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                async move { Err(error()) }
+            })
+            .await;
+        (got, calls.load(Ordering::Relaxed))
+    }
+
     /// Transient failures are retried and the attempts after the first
     /// are told they are retries; a permanent one ends the run at once.
     #[tokio::test(start_paused = true)]
@@ -198,15 +211,9 @@ mod tests {
             .await;
         assert_eq!(got.ok(), Some(4));
         assert_eq!(*seen.lock().expect("seen"), [false, true, true, true]);
-        let calls = AtomicU32::new(0);
-        let got: Result<(), _> = policy
-            .run("insert", |_| {
-                calls.fetch_add(1, Ordering::Relaxed);
-                async { Err(permanent()) }
-            })
-            .await;
+        let (got, calls) = always_failing(&policy, permanent).await;
         assert!(matches!(got, Err(IngestError::Config(_))), "{got:?}");
-        assert_eq!(calls.load(Ordering::Relaxed), 1, "a permanent error is not retried");
+        assert_eq!(calls, 1, "a permanent error is not retried");
     }
 
     /// A command gives up with the last error once its waits add up to
@@ -215,16 +222,10 @@ mod tests {
     async fn a_command_gives_up_after_its_total_wait_with_the_last_error() {
         let metrics = Metrics::new();
         let policy = RetryPolicy::command((Duration::from_millis(100), Duration::from_millis(100)), Duration::from_millis(450), metrics.clone());
-        let calls = AtomicU32::new(0);
-        let got: Result<(), _> = policy
-            .run("insert", |_| {
-                calls.fetch_add(1, Ordering::Relaxed);
-                async { Err(transient()) }
-            })
-            .await;
+        let (got, calls) = always_failing(&policy, transient).await;
         assert!(matches!(got, Err(IngestError::ClickHouse { .. })), "{got:?}");
         // Waits of 100 ms: four fit in 450 ms, so five attempts.
-        assert_eq!(calls.load(Ordering::Relaxed), 5);
+        assert_eq!(calls, 5);
         assert_eq!(metrics.insert_errors.get(), 4);
     }
 
@@ -238,15 +239,9 @@ mod tests {
         let gate = Arc::new(FlushGate::default());
         let policy = RetryPolicy::daemon((Duration::from_millis(100), Duration::from_millis(100)), budget.clone(), gate, Metrics::new());
         tx.send(true).expect("receiver alive");
-        let calls = AtomicU32::new(0);
-        let got: Result<(), _> = policy
-            .run("insert", |_| {
-                calls.fetch_add(1, Ordering::Relaxed);
-                async { Err(transient()) }
-            })
-            .await;
+        let (got, calls) = always_failing(&policy, transient).await;
         assert!(matches!(got, Err(IngestError::ShutdownTimeout(t)) if t == Duration::from_millis(350)), "{got:?}");
-        assert_eq!(calls.load(Ordering::Relaxed), 4, "three waits of 100 ms fit 350 ms");
+        assert_eq!(calls, 4, "three waits of 100 ms fit 350 ms");
         assert!(budget.remaining().is_some(), "the first wait after the SIGTERM started the budget");
     }
 }
