@@ -1,0 +1,36 @@
+//! The `[compactor]` table: when and how a closed day is archived.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The `[compactor]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactorConfig {
+    /// Time between two passes of the daemon. Default: "5m".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub interval: Duration,
+    /// A UTC day is closed, and compacted, once it ended this long ago.
+    /// Rows arriving later still land in ClickHouse; the next pass sees the
+    /// day's fingerprint change and archives and aggregates it again. Default: "1h".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub lateness: Duration,
+    /// Address of `/metrics` and `/healthz`; empty disables them. Default: "127.0.0.1:9465".
+    pub metrics_addr: String,
+    /// ClickHouse's memory for sorting one day before spilling to disk, in bytes. Default: 1073741824.
+    pub sort_memory_bytes: u64,
+}
+
+impl Default for CompactorConfig {
+    fn default() -> Self {
+        CompactorConfig {
+            interval: Duration::from_secs(300),
+            lateness: Duration::from_secs(3600),
+            metrics_addr: "127.0.0.1:9465".into(),
+            sort_memory_bytes: 1 << 30,
+        }
+    }
+}
