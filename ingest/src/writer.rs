@@ -45,7 +45,6 @@ pub struct Writer {
     pub dlq: Arc<Dlq>,
     pub config: IngestConfig,
     pub metrics: Metrics,
-    pub shutdown: watch::Receiver<bool>,
     /// The sink's retry policy, with the shutdown budget and the rebalance
     /// fence every attempt checks first ([`FlushGate::fenced`]).
     policy: RetryPolicy,
@@ -69,9 +68,9 @@ impl Writer {
         gate: Arc<FlushGate>,
         late: LateDays,
     ) -> Writer {
-        let budget = ShutdownBudget::new(config.shutdown_timeout, shutdown.clone());
+        let budget = ShutdownBudget::new(config.shutdown_timeout, shutdown);
         let retry = RetryPolicy::daemon((config.retry_initial_backoff, config.retry_max_backoff), budget.clone(), gate, metrics.clone());
-        Writer { sink, dlq: Arc::new(dlq), config, metrics, shutdown, policy: retry, budget, done: Arc::default(), late: Arc::new(late) }
+        Writer { sink, dlq: Arc::new(dlq), config, metrics, policy: retry, budget, done: Arc::default(), late: Arc::new(late) }
     }
 
     /// Starts the shutdown budget (`shutdown_timeout`) if it has not started.
@@ -89,6 +88,11 @@ impl Writer {
         if let Err(error) = self.sink.log_coverage(&[], &done, now_ms()).await {
             tracing::info!(%error, "could not mark the last batch done in the replay log; its next reader checks it row by row");
         }
+    }
+
+    /// The shutdown budget this writer's retries keep to.
+    pub fn budget(&self) -> &ShutdownBudget {
+        &self.budget
     }
 
     /// The sink's retry policy this writer's calls go through.

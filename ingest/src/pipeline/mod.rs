@@ -132,7 +132,7 @@ pub async fn run(config: Config, options: RunOptions, metrics: Metrics, mut shut
     let late = LateDays::new(config.retention.hot_days, config.postgres.clone());
     let writer = Writer::new(sink, dlq, config.ingest.clone(), metrics.clone(), shutdown.clone(), gate.clone(), late);
     let broker = Broker::new(consumer, config.kafka.clone(), backoff, shutdown.clone(), metrics.clone());
-    let budget = writer.policy().budget().cloned().ok_or_else(|| IngestError::Config("the writer's retry policy has no shutdown budget".into()))?;
+    let budget = writer.budget().clone();
     let source = Source::new(source::Parts {
         subscription,
         broker: broker.clone(),
@@ -287,9 +287,10 @@ impl Pipeline {
                 self.apply_through(*generation)?;
                 if let Some(admitted) = self.source.admit(message, *generation, &topic).await? {
                     let key = (topic.0.clone(), message.partition());
-                    let (normalizer, encoding) = (&self.normalizer, self.config.kafka.encoding(&topic.0));
+                    let (normalizer, kafka) = (&self.normalizer, &self.config.kafka);
                     let payload = message.payload().unwrap_or_default();
-                    let respan = |index| normalizer.span(payload, encoding, index);
+                    // Only a later conflict rebuilds a span: its topic's encoding is looked up then.
+                    let respan = |index| normalizer.span(payload, kafka.encoding(&topic.0), index);
                     let normalized = Normalized { outcomes: events.by_ref(), skipped_spans: end.skipped_spans, encoded: &piece.bytes };
                     let mut received = Received { at_ms: received_ms, skews: &mut skews };
                     self.batcher.take_message(message, &key, admitted, normalized, &mut received, &respan);

@@ -106,14 +106,6 @@ impl RetryPolicy {
         RetryPolicy { initial: backoff.0, max: backoff.1, shutdown, limit: Limit::Total(total), fence: None, metrics }
     }
 
-    /// The shutdown budget a daemon's policy keeps to.
-    pub fn budget(&self) -> Option<&ShutdownBudget> {
-        match &self.limit {
-            Limit::Budget(budget) => Some(budget),
-            Limit::Total(_) => None,
-        }
-    }
-
     /// Runs `op` until it succeeds or the policy gives up; `op` learns
     /// whether this attempt is a retry.
     pub async fn run<T, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T, IngestError>
