@@ -47,6 +47,11 @@ if ! wait "$build"; then
 fi
 grep -E "^\s*(Finished|Timing report)" .inferlog/build.log || true
 export INFERLOG_BIN_DIR="$PWD/target/ci"
+# Each test makes its own Postgres schema and leaves it for a look after a
+# failure; the machine's Postgres outlives clones, so the tests' database
+# starts empty each run.
+psql -X -q -h 127.0.0.1 -U postgres -d postgres -v ON_ERROR_STOP=1 \
+  -c "DROP DATABASE IF EXISTS inferlog_test WITH (FORCE)" -c "CREATE DATABASE inferlog_test"
 # deploy/check.sh (clippy, the fuzz target's 60 s, the alert rules' and
 # units' checks: about 4 minutes, mostly one core) runs beside the tests,
 # which mostly wait on servers; its output comes after theirs

@@ -23,8 +23,10 @@ pub fn s3_secret() -> String {
     })
 }
 
+/// The tests' own database, which `deploy/local/test.sh` recreates empty
+/// before each run (`services.sh up --tests` creates it).
 pub fn postgres_url() -> String {
-    std::env::var("INFERLOG_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inferlog".into())
+    std::env::var("INFERLOG_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inferlog_test".into())
 }
 
 /// Today's UTC day number.
