@@ -29,7 +29,7 @@ use crate::format::WrittenObject;
 use crate::metrics::{self, Metrics};
 use crate::publish;
 use crate::verify::{verify_day, Expected};
-use inferlog_store::model::fold::{DayFold, Folded};
+use inferlog_store::model::fold::{DayFold, Extras, Folded};
 
 /// Test hook ([`inferlog_store::test_hooks`]): `<state>`, `superseded` (after
 /// the first superseded object's audit row, before its deletion),
@@ -151,7 +151,8 @@ impl DayWork {
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
             let rule = self.sampling_rule(day).await?;
-            let (objects, fold, sampled) = self.archiver.archive_day(day, mode, DayFold::default().counting_waste(), rule.as_ref()).await?;
+            let (objects, fold, sampled) =
+                self.archiver.archive_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() }), rule.as_ref()).await?;
             if let Some(sampled) = &sampled {
                 expected = Expected::sampled(&sampled.kept, fp.rows);
                 for (line, reason, rows, represented) in sampled.summary.entries() {
@@ -221,7 +222,7 @@ impl DayWork {
             // A day archived by an earlier run is read again for its counts.
             let fold = match folded {
                 Some(fold) => fold,
-                None => self.archiver.fold_day(day, mode, DayFold::default().counting_waste()).await?,
+                None => self.archiver.fold_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() })).await?,
             };
             let Folded { rows, daily, hours, errors, waste, .. } = fold.finish();
             let groups = async {

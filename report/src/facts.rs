@@ -74,7 +74,7 @@ impl From<Totals> for Counts {
 
 impl Counts {
     pub fn add(&mut self, other: &Counts) {
-        self.totals.add(&other.totals);
+        self.totals += other.totals;
         self.cost_usd += other.cost_usd;
         self.unpriced_requests += other.unpriced_requests;
     }

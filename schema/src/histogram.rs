@@ -57,6 +57,14 @@ pub struct Histogram {
     counts: Vec<u64>,
 }
 
+/// `a += b` merges `b` into `a` (so a struct of totals and histograms
+/// derives its field-wise `+=`).
+impl std::ops::AddAssign for Histogram {
+    fn add_assign(&mut self, other: Histogram) {
+        self.merge(&other);
+    }
+}
+
 impl Histogram {
     pub fn new() -> Histogram {
         Histogram::default()

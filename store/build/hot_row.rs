@@ -1,12 +1,13 @@
 //! Generates the code that spells the hot row from `hot_row.toml` (its
-//! one definition). In: the list of columns. Out: five files in
+//! one definition). In: the list of columns. Out: six files in
 //! `OUT_DIR`, each included by the module that owns that view of the row:
 //!
 //! - `hot_columns.rs` → `model::tables` (`HOT`'s columns)
 //! - `hot_row.rs` → `model::rows` (`HotRow`, `new`, the RowBinary encoder)
 //! - `stored_row.rs` → `model::stored` (`StoredRow`, `FoldRow`, `fold_row`, `example`)
 //! - `archive_columns.rs` → `model::archive` (Arrow fields, builders, read-back, added defaults, Parquet encodings)
-//! - `keep_fields.rs` → `model::keep_field` (`KeepField`, its kind and value)
+//! - `keep_fields.rs` → `config::keep_field` (`KeepField`, its kind: what a keep rule may name)
+//! - `keep_values.rs` → `model::keep_field` (a `KeepField`'s value in a stored row)
 //!
 //! A list the generator cannot read, or a type it has no mapping for,
 //! fails the build with the column's name.
@@ -395,7 +396,13 @@ fn keep_fields(columns: &[Column]) -> String {
         };
         let _ = writeln!(out, "            KeepField::{} => FieldKind::{kind},", camel(&c.name));
     }
-    out.push_str("        }\n    }\n\n    /// The field's value in `r`.\n    #[allow(clippy::unnecessary_cast)]\n    pub fn value<'a>(self, r: &StoredRow<'a>) -> Value<'a> {\n        match self {\n");
+    out.push_str("        }\n    }\n}\n");
+    out
+}
+
+fn keep_values(columns: &[Column]) -> String {
+    let kept: Vec<&Column> = columns.iter().filter(|c| c.keep && !c.derived).collect();
+    let mut out = String::from("impl KeepField {\n    /// The field's value in `r`.\n    #[allow(clippy::unnecessary_cast)]\n    pub fn value<'a>(self, r: &StoredRow<'a>) -> Value<'a> {\n        match self {\n");
     for c in &kept {
         let (variant, convert) = match c.archive {
             "bool" => ("Bool", "v != 0"),
@@ -413,7 +420,7 @@ fn keep_fields(columns: &[Column]) -> String {
     out
 }
 
-/// Writes the five files into `out_dir`.
+/// Writes the six files into `out_dir`.
 pub fn generate(toml: &str, out_dir: &std::path::Path) -> Result<(), String> {
     let columns = parse(toml)?;
     for (file, text) in [
@@ -422,6 +429,7 @@ pub fn generate(toml: &str, out_dir: &std::path::Path) -> Result<(), String> {
         ("stored_row.rs", stored_row(&columns)),
         ("archive_columns.rs", archive_columns(&columns)),
         ("keep_fields.rs", keep_fields(&columns)),
+        ("keep_values.rs", keep_values(&columns)),
     ] {
         std::fs::write(out_dir.join(file), text).map_err(|e| format!("{file}: {e}"))?;
     }

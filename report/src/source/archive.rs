@@ -55,7 +55,7 @@ pub async fn load(
 ) -> Result<Facts, ReportError> {
     let mut facts = Facts::default();
     for &day in days {
-        let mut fold = reads.fold();
+        let mut fold = reads.fold(false);
         let mut read = DayRead::default();
         for entry in catalog.manifest(Some(day)).await? {
             let bad = |e: String| ReportError::Data(format!("archive object {}: {e}", entry.object_key));

@@ -120,10 +120,7 @@ pub async fn load(
         if let Some(model) = &filter.model {
             query = query.bind(model);
         }
-        let mut fold = reads.fold();
-        if reads.callers {
-            fold = fold.counting_callers();
-        }
+        let mut fold = reads.fold(true);
         let mut cursor = query.fetch::<FoldRow<'_>>().map_err(hot.error("report rows"))?;
         while let Some(row) = cursor.next().await.map_err(hot.error("report rows"))? {
             fold.add(&row);
@@ -194,7 +191,7 @@ pub fn add_day(facts: &mut Facts, day: Day, folded: Folded, prices: &PriceTable,
 mod tests {
     use inferlog_schema::histogram::Histogram;
     use inferlog_store::cost::CostConfig;
-    use inferlog_store::model::fold::DayFold;
+    use inferlog_store::model::fold::{DayFold, Extras};
 
     use super::*;
 
@@ -228,7 +225,7 @@ mod tests {
     #[test]
     fn rows_fold_into_groups_hours_peaks_errors_and_users() {
         let day_ms = 20_000 * 86_400_000_u64;
-        let mut fold = DayFold::counting_users();
+        let mut fold = DayFold::counting(Extras { users: true, ..Extras::default() });
         // 10:00 one request, 10:05 two (the peak), 10:07 two (a tie: the earlier wins).
         let m = |minute: u64| day_ms + 10 * 3_600_000 + minute * 60_000;
         for (ts, input, error, user) in

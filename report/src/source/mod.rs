@@ -32,6 +32,7 @@ use inferlog_store::catalog::{Catalog, DayState};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::cost::PriceTable;
 use inferlog_store::hot::HotTier;
+use inferlog_store::model::fold::{DayFold, Extras};
 use inferlog_store::Day;
 
 use crate::error::ReportError;
@@ -67,19 +68,10 @@ pub struct Reads {
 
 impl Reads {
     /// The fold of a day read from rows: users always, waste, request
-    /// types and GPUs when asked (callers are the hot tier's, added by its reader).
-    pub fn fold(self) -> inferlog_store::model::fold::DayFold {
-        let mut fold = inferlog_store::model::fold::DayFold::counting_users();
-        if self.waste {
-            fold = fold.counting_waste();
-        }
-        if self.types {
-            fold = fold.counting_types();
-        }
-        if self.gpus {
-            fold = fold.counting_gpus();
-        }
-        fold
+    /// types and GPUs when asked; callers when asked and `tier_has_callers`
+    /// (the hot tier's: the archive keeps no caller per hour).
+    pub fn fold(self, tier_has_callers: bool) -> DayFold {
+        DayFold::counting(Extras { users: true, waste: self.waste, callers: self.callers && tier_has_callers, types: self.types, gpus: self.gpus })
     }
 }
 

@@ -71,7 +71,7 @@ fn sum(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Summed {
                     unlisted.push(inferlog_store::day_string(day));
                 }
                 for (line, l) in &w.lines {
-                    s.lines.entry(line.clone()).or_default().add(l);
+                    *s.lines.entry(line.clone()).or_default() += *l;
                 }
                 for (key, p) in &w.repeated {
                     let into = s.prompts.entry(key.clone()).or_default();
@@ -86,7 +86,7 @@ fn sum(facts: &Facts, ctx: &Context, notes: &mut Vec<String>) -> Summed {
                     }
                 }
                 for ((_, t), w) in &w.types {
-                    s.types.entry(t.clone()).or_default().add(w);
+                    *s.types.entry(t.clone()).or_default() += w.clone();
                 }
             }
             (Tier::Aggregates, None) => aggregated.push(inferlog_store::day_string(day)),
@@ -155,7 +155,7 @@ fn lines(s: &Summed) -> Table {
     let mut by_tokens: Vec<(&String, &LineWaste)> = s.lines.iter().collect();
     by_tokens.sort_by(|a, b| b.1.repeat_tokens.cmp(&a.1.repeat_tokens).then(a.0.cmp(b.0)));
     for (line, l) in by_tokens {
-        all.add(l);
+        all += *l;
         table.push(row(line, l));
     }
     if s.lines.len() > 1 {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{identifier, secret};
+use super::{identifier, secret, CLICKHOUSE_PASSWORD_ENV};
 use crate::error::StoreError;
 
 /// The `[clickhouse]` table: the hot tier.
@@ -86,9 +86,6 @@ impl Default for ClickHouseConfig {
         }
     }
 }
-
-/// Environment variable holding the ClickHouse password.
-pub const CLICKHOUSE_PASSWORD_ENV: &str = "INFERLOG_CLICKHOUSE_PASSWORD";
 
 impl ClickHouseConfig {
     /// The password from `INFERLOG_CLICKHOUSE_PASSWORD`, else `password_file`, else none.

@@ -16,17 +16,26 @@ mod clickhouse;
 mod cold;
 mod compactor;
 mod ingest;
+mod keep_field;
 mod postgres;
 mod retention;
 mod sampling;
 
-pub use clickhouse::{ClickHouseConfig, ShardConfig, CLICKHOUSE_PASSWORD_ENV};
+pub use clickhouse::{ClickHouseConfig, ShardConfig};
 pub use cold::{ColdConfig, ColdLocation};
 pub use compactor::CompactorConfig;
 pub use ingest::{IngestConfig, OtlpConfig, ServiceMetricsConfig};
-pub use postgres::{PostgresConfig, POSTGRES_PASSWORD_ENV};
+pub use keep_field::{FieldKind, KeepField};
+pub use postgres::PostgresConfig;
 pub use retention::RetentionConfig;
 pub use sampling::{CompareOp, Condition, ConditionValue, KeepRule, SamplingConfig, BUILT_IN_REASONS};
+
+/// Environment variable holding the ClickHouse password (else
+/// `clickhouse.password_file`).
+pub const CLICKHOUSE_PASSWORD_ENV: &str = "INFERLOG_CLICKHOUSE_PASSWORD";
+/// Environment variable holding the Postgres password (else
+/// `postgres.password_file`).
+pub const POSTGRES_PASSWORD_ENV: &str = "INFERLOG_POSTGRES_PASSWORD";
 
 /// Reads a secret from `env`, else from `file`, else none.
 pub(crate) fn secret(env: &str, file: Option<&PathBuf>, what: &str) -> Result<Option<String>, StoreError> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{identifier, secret};
+use super::{identifier, secret, POSTGRES_PASSWORD_ENV};
 use crate::error::StoreError;
 
 /// The `[postgres]` table: the aggregates tier and the catalog.
@@ -38,10 +38,8 @@ impl Default for PostgresConfig {
     }
 }
 
-/// Environment variable holding the Postgres password.
-pub const POSTGRES_PASSWORD_ENV: &str = "INFERLOG_POSTGRES_PASSWORD";
-
 impl PostgresConfig {
+    /// The password from `INFERLOG_POSTGRES_PASSWORD`, else `password_file`, else none.
     pub fn password(&self) -> Result<Option<String>, StoreError> {
         secret(POSTGRES_PASSWORD_ENV, self.password_file.as_ref(), "postgres.password_file")
     }

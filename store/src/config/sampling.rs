@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::keep_field::{FieldKind, KeepField};
 use crate::error::StoreError;
-use crate::model::keep_field::{FieldKind, KeepField};
 
 /// The `[sampling]` table: which rows of a day the archive keeps. Off by
 /// default. The hot tier keeps every row and the aggregates count every

@@ -97,7 +97,7 @@ pub struct ErrorRow {
 /// The additive figures of any set of requests: a daily group's as the
 /// fold counts them, as ClickHouse counts them (the compactor's
 /// `AggregateRow`), and the report's figures before their cost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, derive_more::AddAssign)]
 pub struct Totals {
     pub requests: u64,
     pub errors: u64,
@@ -109,16 +109,6 @@ pub struct Totals {
 }
 
 impl Totals {
-    /// Adds `other`'s figures to these.
-    pub fn add(&mut self, other: &Totals) {
-        self.requests += other.requests;
-        self.errors += other.errors;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_hits += other.cache_hits;
-        self.cache_prefix_tokens += other.cache_prefix_tokens;
-    }
-
     /// The token sums these totals are priced from.
     pub fn usage(&self) -> Usage {
         Usage {
@@ -237,40 +227,39 @@ pub struct DayFold {
     gpus: Option<HashMap<Option<u32>, Group>>,
 }
 
+/// What a fold counts beyond the aggregates' groups, hours and errors:
+/// each costs memory and time, so only the readers that show it ask.
+/// Default: none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Extras {
+    /// Each hashed user's use (the hot tier's per-user attribution; the
+    /// aggregates keep no users).
+    pub users: bool,
+    /// Repeated prompts and output lengths ([`crate::model::waste`]: the
+    /// report's `waste` view; the aggregates keep no prompts).
+    pub waste: bool,
+    /// Each hashed caller's load per hour ([`crate::model::callers`]: the
+    /// report's `spikes` view).
+    pub callers: bool,
+    /// Each model × version × request type's totals and histograms
+    /// ([`TypeGroup`]: the report's `compare`).
+    pub types: bool,
+    /// Each GPU's totals and histograms (the report's `diagnose`; the
+    /// aggregates keep no GPU).
+    pub gpus: bool,
+}
+
 impl DayFold {
-    /// A fold that also counts each hashed user's use (the hot tier's
-    /// per-user attribution; the aggregates keep no users).
-    pub fn counting_users() -> DayFold {
-        DayFold { users: Some(HashMap::new()), ..DayFold::default() }
-    }
-
-    /// This fold, also counting repeated prompts and output lengths
-    /// ([`crate::model::waste`]: the report's `waste` view; the aggregates
-    /// keep no prompts).
-    pub fn counting_waste(mut self) -> DayFold {
-        self.waste = Some(WasteFold::default());
-        self
-    }
-
-    /// This fold, also counting each hashed caller's load per hour
-    /// ([`crate::model::callers`]: the report's `spikes` view).
-    pub fn counting_callers(mut self) -> DayFold {
-        self.callers = Some(CallerFold::default());
-        self
-    }
-
-    /// This fold, also counting each model × version × request type's
-    /// totals and histograms ([`TypeGroup`]: the report's `compare`).
-    pub fn counting_types(mut self) -> DayFold {
-        self.types = Some(Vec::new());
-        self
-    }
-
-    /// This fold, also counting each GPU's totals and histograms (the
-    /// report's `diagnose`; the aggregates keep no GPU).
-    pub fn counting_gpus(mut self) -> DayFold {
-        self.gpus = Some(HashMap::new());
-        self
+    /// A fold that also counts `extras`.
+    pub fn counting(extras: Extras) -> DayFold {
+        DayFold {
+            users: extras.users.then(HashMap::new),
+            waste: extras.waste.then(WasteFold::default),
+            callers: extras.callers.then(CallerFold::default),
+            types: extras.types.then(Vec::new),
+            gpus: extras.gpus.then(HashMap::new),
+            ..DayFold::default()
+        }
     }
 
     /// The request-type group of `row`, when the fold counts them.
@@ -490,7 +479,7 @@ impl DayFold {
 #[cfg(test)]
 mod tests {
     use rand::seq::SliceRandom;
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
 
     use super::*;
     use crate::model::stored::StoredRow;
@@ -520,7 +509,7 @@ mod tests {
             row("search", 7, 10, 3, ok),
             row("search", 61, 10, 3, ok), // the next hour
         ];
-        let mut fold = DayFold::counting_users();
+        let mut fold = DayFold::counting(Extras { users: true, ..Extras::default() });
         for (i, r) in rows.iter().enumerate() {
             let user = ["u1", "u2", ""][i % 3];
             fold.add(&FoldRow { user_id_hash: Some(user), ..r.fold_row() });
@@ -581,11 +570,8 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::print_stderr)] // the seed, to replay a failure
     fn the_order_of_rows_does_not_change_the_fold() {
-        let seed: u64 = rand::thread_rng().gen();
-        eprintln!("seed {seed}");
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let (seed, mut rng) = crate::model::seeded_rng();
         let lines = ["search", "chat", "ads"];
         let stages = [None, Some(""), Some("decode"), Some("prefill")];
         let mut rows: Vec<StoredRow<'static>> = (0..2_000)
@@ -602,7 +588,7 @@ mod tests {
             .collect();
         rows.sort_by_key(|r| (r.business_line, r.timestamp_ms));
         let fold = |rows: &[StoredRow<'_>]| {
-            let mut fold = DayFold::default().counting_types().counting_gpus();
+            let mut fold = DayFold::counting(Extras { types: true, gpus: true, ..Extras::default() });
             rows.iter().for_each(|r| fold.add(&r.fold_row()));
             fold.finish()
         };
@@ -629,8 +615,8 @@ mod tests {
         }
 
         // A row of weight w folds as w copies of it, users included.
-        let mut weighted = DayFold::counting_users();
-        let mut copies = DayFold::counting_users();
+        let mut weighted = DayFold::counting(Extras { users: true, ..Extras::default() });
+        let mut copies = DayFold::counting(Extras { users: true, ..Extras::default() });
         for (i, r) in rows.iter().enumerate() {
             let (w, r) = ((i % 4 + 1) as u64, r.fold_row());
             weighted.add_weighted(&r, w);

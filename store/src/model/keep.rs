@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use crate::config::{CompareOp, ConditionValue, KeepRule};
+use crate::config::{CompareOp, ConditionValue, KeepField, KeepRule};
 use crate::error::StoreError;
-use crate::model::keep_field::{KeepField, Value};
+use crate::model::keep_field::Value;
 use crate::model::stored::StoredRow;
 
 #[derive(Debug, Clone, PartialEq)]

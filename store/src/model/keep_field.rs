@@ -1,16 +1,9 @@
-//! The fields of a hot row a `[[sampling.keep]]` condition may test: the
-//! `keep` columns of `store/hot_row.toml`. In: a field's name, or a field
-//! and a stored row. Out: [`KeepField`], its [`FieldKind`], its [`Value`].
+//! A keep field's value in a stored row. In: a [`KeepField`] (the `keep`
+//! columns of `store/hot_row.toml`, which `[[sampling.keep]]` names) and a
+//! stored row. Out: its [`Value`].
 
+use crate::config::KeepField;
 use crate::model::stored::StoredRow;
-
-/// Numbers compare with any op; true/false and text with eq and ne.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldKind {
-    Number,
-    Bool,
-    Text,
-}
 
 /// A field's value in one row (`None`: the row does not carry it).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,11 +13,12 @@ pub enum Value<'a> {
     Text(Option<&'a str>),
 }
 
-include!(concat!(env!("OUT_DIR"), "/keep_fields.rs"));
+include!(concat!(env!("OUT_DIR"), "/keep_values.rs"));
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::FieldKind;
 
     #[test]
     fn each_field_reads_its_column_with_its_kind() {

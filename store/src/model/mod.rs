@@ -12,7 +12,7 @@
 //! - [`archive`]: the archive's Arrow schema and the batches built from stored rows.
 //! - [`sample`]: the sampled archive's rule (which rows a day keeps, why, and the weights that keep totals exact).
 //! - [`keep`]: the user's `[[sampling.keep]]` rules (conditions over a stored row).
-//! - [`keep_field`]: the fields of a hot row such a rule may test.
+//! - [`keep_field`]: a keep field's value in a stored row (which fields a rule may name is config's).
 //! - [`measures`]: the measures the aggregates describe (ClickHouse expression, Postgres columns, report label).
 //! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
 //! - [`callers`]: the fold's account of each hashed caller's load per hour (hot days).
@@ -31,3 +31,14 @@ pub mod sample;
 pub mod stored;
 pub mod tables;
 pub mod waste;
+
+/// A random seed for a test and its generator, the seed printed (and
+/// named in the test's messages) to replay a failure.
+#[cfg(test)]
+#[allow(clippy::print_stderr)]
+pub(crate) fn seeded_rng() -> (u64, rand_chacha::ChaCha8Rng) {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = rand::thread_rng().gen();
+    eprintln!("seed {seed}");
+    (seed, rand_chacha::ChaCha8Rng::seed_from_u64(seed))
+}

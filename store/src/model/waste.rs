@@ -58,8 +58,8 @@ impl PromptUse {
     }
 }
 
-/// A business line's day.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A business line's day (`+=` adds another's, field by field).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, derive_more::AddAssign)]
 pub struct LineWaste {
     pub requests: u64,
     /// Input plus output tokens of every request.
@@ -75,20 +75,9 @@ pub struct LineWaste {
     pub repeat_uncached_input: u64,
 }
 
-impl LineWaste {
-    pub fn add(&mut self, o: &LineWaste) {
-        self.requests += o.requests;
-        self.tokens += o.tokens;
-        self.input_tokens += o.input_tokens;
-        self.hashed += o.hashed;
-        self.repeats += o.repeats;
-        self.repeat_tokens += o.repeat_tokens;
-        self.repeat_uncached_input += o.repeat_uncached_input;
-    }
-}
-
-/// One request type's day of output lengths.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// One request type's day of output lengths (`+=` adds another's, the
+/// histograms merged).
+#[derive(Debug, Clone, Default, PartialEq, derive_more::AddAssign)]
 pub struct TypeWaste {
     pub requests: u64,
     pub output_tokens: u64,
@@ -99,17 +88,6 @@ pub struct TypeWaste {
     /// Of those, the requests whose output reached it, and their output tokens.
     pub at_limit: u64,
     pub at_limit_tokens: u64,
-}
-
-impl TypeWaste {
-    pub fn add(&mut self, o: &TypeWaste) {
-        self.requests += o.requests;
-        self.output_tokens += o.output_tokens;
-        self.outputs.merge(&o.outputs);
-        self.limited += o.limited;
-        self.at_limit += o.at_limit;
-        self.at_limit_tokens += o.at_limit_tokens;
-    }
 }
 
 /// A day's waste.
@@ -216,7 +194,7 @@ fn entry<'m, V: Default>(map: &'m mut FoldMap<String, V>, key: &str) -> &'m mut 
 #[cfg(test)]
 mod tests {
     use rand::seq::SliceRandom;
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
 
     use super::*;
 
@@ -277,11 +255,8 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::print_stderr)] // the seed, to replay a failure
     fn the_order_of_rows_does_not_change_the_waste() {
-        let seed: u64 = rand::thread_rng().gen();
-        eprintln!("seed {seed}");
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let (seed, mut rng) = crate::model::seeded_rng();
         let prompts = ["a", "b", "c", "d"];
         let mut rows: Vec<FoldRow<'_>> = (0..500)
             .map(|_| {
