@@ -30,6 +30,7 @@ use inferlog_store::model::fold::DayFold;
 use inferlog_store::model::sample::{Planner, Reason, Rule, Selector, Summary};
 use inferlog_store::model::stored::StoredRow;
 use inferlog_store::model::tables::HOT;
+use inferlog_store::model::unit::Unit;
 use inferlog_store::{ColdConfig, Day};
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
@@ -216,7 +217,16 @@ impl Archiver {
             Some(rule) => Some(self.plan(day, mode, rule).await?),
             None => None,
         };
-        self.archive_as(day, mode, sink, selecting, |part| self.cold.object_key(day, part)).await
+        self.archive_as(day, mode, Unit::WHOLE_DAY, sink, selecting, |part| self.cold.object_key(day, part)).await
+    }
+
+    /// Writes the rows of `unit` of `day` (a day archived in units, never
+    /// sampled) as `unit-UUUU-of-NNNN-part-KKKK` objects of at most
+    /// `object_max_rows` rows each, in the day's order; the same rows make
+    /// the same objects, so a unit written again replaces its objects.
+    pub async fn archive_unit(&self, day: Day, mode: ReadMode, unit: Unit) -> Result<Vec<WrittenObject>, CompactorError> {
+        let (written, (), _) = self.archive_as(day, mode, unit, (), None, |part| self.cold.unit_object_key(day, unit, part)).await?;
+        Ok(written)
     }
 
     /// First pass of a sampled archive: each stratum's counts.
@@ -237,7 +247,7 @@ impl Archiver {
     /// archive; the same `tag` (of the same rows) names the same objects.
     pub async fn archive_supplement(&self, day: Day, mode: ReadMode, tag: &str) -> Result<Vec<WrittenObject>, CompactorError> {
         // Late rows are few: kept whole, whatever the sampling.
-        let (written, (), _) = self.archive_as(day, mode, (), None, |part| self.cold.supplement_key(day, tag, part)).await?;
+        let (written, (), _) = self.archive_as(day, mode, Unit::WHOLE_DAY, (), None, |part| self.cold.supplement_key(day, tag, part)).await?;
         Ok(written)
     }
 
@@ -245,12 +255,13 @@ impl Archiver {
         &self,
         day: Day,
         mode: ReadMode,
+        unit: Unit,
         sink: S,
         selecting: Option<Selecting>,
         key: impl Fn(u32) -> String,
     ) -> Result<(Vec<WrittenObject>, S, Option<Sampled>), CompactorError> {
         let (tx, mut rx) = mpsc::channel::<RecordBatch>(2);
-        let reader = tokio::spawn(read_day(self.hot.clone(), day, mode, self.sort_memory_bytes, tx, sink, selecting));
+        let reader = tokio::spawn(read_day(self.hot.clone(), (day, mode, unit), self.sort_memory_bytes, tx, sink, selecting));
         let mut written = Vec::new();
         let mut current: Option<OpenObject> = None;
         let max_rows = self.config.object_max_rows;
@@ -306,7 +317,7 @@ impl Archiver {
     /// Streams the day's rows as [`Archiver::archive_day`] reads them into
     /// `sink` only (for a day an earlier run archived).
     pub async fn fold_day<S: RowSink>(&self, day: Day, mode: ReadMode, mut sink: S) -> Result<S, CompactorError> {
-        let mut cursor = day_rows(&self.hot, day, mode, self.sort_memory_bytes)?;
+        let mut cursor = day_rows(&self.hot, day, mode, Unit::WHOLE_DAY, self.sort_memory_bytes)?;
         while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
             sink.row(&row);
         }
@@ -314,17 +325,23 @@ impl Archiver {
     }
 }
 
-/// The day's rows in sort-key order (so the same rows make the same
-/// objects), producer retries collapsed: a day merged into one part is
-/// read as is by one thread, which is in key order; otherwise it is read
-/// with `FINAL` and sorted.
-fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64) -> Result<RowCursor<StoredRow<'static>>, CompactorError> {
+/// The day's rows (those of `unit`) in sort-key order (so the same rows
+/// make the same objects), producer retries collapsed: a day merged into
+/// one part is read as is by one thread, which is in key order; otherwise
+/// it is read with `FINAL` and sorted.
+fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, unit: Unit, sort_memory_bytes: u64) -> Result<RowCursor<StoredRow<'static>>, CompactorError> {
     // The table's own order, then the Kafka coordinates: what one merged part holds.
     let order = match mode {
         ReadMode::OnePart => String::new(),
         ReadMode::Final => format!("ORDER BY {}, kafka_topic, kafka_partition, kafka_offset", HOT.order_by),
     };
-    let sql = format!("SELECT {} FROM {} {} WHERE day = toDate(?) {order}", StoredRow::select_list(), hot.qualified(), mode.modifier());
+    let sql = format!(
+        "SELECT {} FROM {} {} WHERE day = toDate(?) AND {} {order}",
+        StoredRow::select_list(),
+        hot.qualified(),
+        mode.modifier(),
+        unit.condition()
+    );
     Ok(hot
         .client()
         .clone()
@@ -341,14 +358,13 @@ fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, sort_memory_bytes: u64) -> 
 /// rows it batched, the sink and the sampling.
 async fn read_day<S: RowSink>(
     hot: HotTier,
-    day: Day,
-    mode: ReadMode,
+    (day, mode, unit): (Day, ReadMode, Unit),
     sort_memory_bytes: u64,
     tx: mpsc::Sender<RecordBatch>,
     mut sink: S,
     mut selecting: Option<Selecting>,
 ) -> Result<(u64, S, Option<Selecting>), CompactorError> {
-    let mut cursor = day_rows(&hot, day, mode, sort_memory_bytes)?;
+    let mut cursor = day_rows(&hot, day, mode, unit, sort_memory_bytes)?;
     let schema = archive_schema();
     let mut builder = BatchBuilder::new(schema);
     let mut total = 0u64;

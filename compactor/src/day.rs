@@ -28,13 +28,11 @@ use crate::error::CompactorError;
 use crate::format::WrittenObject;
 use crate::metrics::{self, Metrics};
 use crate::publish;
+use crate::units::UnitWorker;
 use crate::verify::{verify_day, Expected};
 use inferlog_store::model::fold::{DayFold, Extras, Folded};
 
-/// Test hook ([`inferlog_store::test_hooks`]): `<state>`, `superseded` (after
-/// the first superseded object's audit row, before its deletion),
-/// `supplemented` (late rows archived and in the manifest, not dropped) or `dropped`.
-pub const PAUSE_ENV: &str = "INFERLOG_COMPACTOR_PAUSE_AFTER";
+pub use crate::PAUSE_ENV;
 
 /// What happened to a day in one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +59,8 @@ pub struct DayWork {
     pub hot_policy: Policy,
     pub metrics: Metrics,
     pub sampling: SamplingConfig,
+    /// A large day's units, and this process as one of their workers.
+    pub units: UnitWorker,
 }
 
 async fn pause_point(step: &str) {
@@ -75,10 +75,19 @@ async fn hold_point(step: &str) {
 impl DayWork {
     /// Runs `day` as far as it can go today, under the day's advisory lock.
     /// `force` redoes archive and aggregates even when nothing changed.
+    /// While another compactor holds the day, this one works the day's
+    /// pending units, if it is archived in units, then tries the lock again
+    /// (the holder may have died: its units are taken over and the day
+    /// finished here).
     pub async fn run(&self, day: Day, today: Day, force: bool) -> Result<DayOutcome, CompactorError> {
-        let Some(lock) = self.catalog.try_lock_day(day).await? else {
-            tracing::info!(day = %inferlog_store::day_string(day), "another replica holds this day; skipping");
-            return Ok(DayOutcome::Busy);
+        let lock = loop {
+            if let Some(lock) = self.catalog.try_lock_day(day).await? {
+                break lock;
+            }
+            if self.units.work(day).await? == 0 {
+                tracing::info!(day = %inferlog_store::day_string(day), "another replica holds this day; skipping");
+                return Ok(DayOutcome::Busy);
+            }
         };
         let outcome = self.run_locked(day, today, force).await;
         if let Err(e) = &outcome {
@@ -144,10 +153,30 @@ impl DayWork {
 
         // Archive (from scratch, or re-list what an earlier run wrote),
         // counting the aggregates' histograms, hours and errors on the way.
-        let written: Vec<WrittenObject>;
         let mut folded: Option<DayFold> = None;
         let mut expected = Expected::all(&fp);
+        let units = if self.sampling.enabled { 1 } else { self.units.units_for(fp.rows) };
+        if (state.is_none() || state == Some(DayState::Archiving)) && units > 1 {
+            // A large day: archived and verified in units, by this compactor
+            // and any other that helps (crate::units); the fold reads the
+            // day again below.
+            self.record(day, DayState::Archiving, &fp, 0, 0).await?;
+            let started = Instant::now();
+            let entries = self.units.archive_day(day, &fp, mode, units).await?;
+            let now = self.hot.fingerprint(day, mode).await?;
+            if now != fp {
+                return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });
+            }
+            metrics::stage_finished(&self.metrics, &name, "archive", fp.rows, started.elapsed());
+            metrics::day_verified(&self.metrics, fp.rows);
+            metrics::day_state(&self.metrics, &name, DayState::Verified, fp.rows);
+            tracing::info!(day = %name, objects = entries.len(), "day verified from its units");
+            pause_point(DayState::Verified.as_str()).await;
+            state = Some(DayState::Verified);
+        }
+        let written: Vec<WrittenObject>;
         if state.is_none() || state == Some(DayState::Archiving) {
+            self.catalog.forget_units(day).await?;
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
             let rule = self.sampling_rule(day).await?;

@@ -29,6 +29,10 @@ pub enum CompactorError {
     /// recording them: the day stays hot until a replay resolves them.
     #[error("day {day}: {rows} rows of an interrupted DLQ replay are unresolved; it stays hot until `inferlog-ingest dlq replay` runs again")]
     ReplayPending { day: String, rows: u64 },
+    /// Units of a day archived in units were still held by other
+    /// compactors when `[compactor] unit_wait` ran out.
+    #[error("day {day}: {verified} of {units} units verified; the others are still held by other compactors")]
+    UnitsHeld { day: String, verified: u32, units: u32 },
 }
 
 impl CompactorError {
@@ -42,7 +46,8 @@ impl CompactorError {
             | CompactorError::Archive { .. }
             | CompactorError::RowsChanged { .. }
             | CompactorError::Busy { .. }
-            | CompactorError::ReplayPending { .. } => ErrorClass::Retry,
+            | CompactorError::ReplayPending { .. }
+            | CompactorError::UnitsHeld { .. } => ErrorClass::Retry,
             CompactorError::Verification { .. } | CompactorError::Aggregate { .. } => ErrorClass::Reject,
             CompactorError::Config(_) => ErrorClass::Fail,
         }

@@ -6,7 +6,8 @@
 //! store; each row also to the store's one fold,
 //! [`inferlog_store::model::fold`]: histograms, hours, errors) →
 //! [`verify`] (read back, matched against ClickHouse; manifest in
-//! Postgres) → [`aggregate`] (exact percentiles from ClickHouse joined to
+//! Postgres; a large day in [`units`] that any number of compactors share)
+//! → [`aggregate`] (exact percentiles from ClickHouse joined to
 //! the fold) → [`publish`] (priced, into Postgres) → release (the hot
 //! partition dropped and audited, once past the hot retention).
 //! [`erase`] writes an archived object again without an erased user's rows.
@@ -22,7 +23,14 @@ pub mod metrics;
 pub mod publish;
 pub mod reprice;
 pub mod service;
+pub mod units;
 pub mod verify;
+
+/// Test hook ([`inferlog_store::test_hooks`]): `<state>`, `superseded` (after
+/// the first superseded object's audit row, before its deletion),
+/// `supplemented` (late rows archived and in the manifest, not dropped),
+/// `dropped`, or `unit-written` (a unit's objects written, not verified).
+pub const PAUSE_ENV: &str = "INFERLOG_COMPACTOR_PAUSE_AFTER";
 
 pub use config::Config;
 pub use error::CompactorError;

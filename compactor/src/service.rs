@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::day::{DayOutcome, DayWork};
 use crate::error::CompactorError;
 use crate::metrics::{self, Metrics};
+use crate::units::UnitWorker;
 
 /// What one pass did.
 #[derive(Debug, Default)]
@@ -58,7 +59,18 @@ impl Compactor {
         let archiver =
             Archiver { hot: hot.clone(), cold: cold.clone(), config: config.cold.clone(), sort_memory_bytes: config.compactor.sort_memory_bytes };
         let prices = config.cost.validate()?;
+        let units = UnitWorker {
+            hot: hot.clone(),
+            cold: cold.clone(),
+            catalog: catalog.clone(),
+            archiver: archiver.clone(),
+            metrics: metrics.clone(),
+            max_rows: config.compactor.unit_max_rows,
+            wait: config.compactor.unit_wait,
+            name: UnitWorker::process_name(),
+        };
         let work = DayWork {
+            units,
             hot,
             cold,
             catalog,

@@ -11,9 +11,13 @@ into a local file (no Parquet, no S3, no verification).
 `archive_verify_of_export` is (archive + verify) / export: the issue's
 goal is at most 1.25.
 
-usage: deploy/bench/compactor_bench.py [--rows 1000000] [--runs 3] [--sampling]
+usage: deploy/bench/compactor_bench.py [--rows 1000000] [--runs 3] [--sampling] [--workers N [--units U]]
 --sampling archives with [sampling] enabled (its defaults): the day has no
-history, so the static thresholds apply. Needs `deploy/local/services.sh up` and release binaries (cargo build --release --bins).
+history, so the static thresholds apply. --workers N (N >= 1 with --units)
+archives the day in U units (default 8: `unit_max_rows` = rows / U) with N
+compactors: the first plans the day, N - 1 more start once it has, and each
+prints how many units it verified and its time in them; the serial part
+(settle, planning, the day's fold and aggregates) is the planner's. Needs `deploy/local/services.sh up` and release binaries (cargo build --release --bins).
 """
 import argparse
 import json
@@ -44,6 +48,8 @@ def main():
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sampling", action="store_true", help="archive with [sampling] enabled")
+    parser.add_argument("--workers", type=int, default=0, help="compactors sharing the day's units (0: the day whole, one compactor)")
+    parser.add_argument("--units", type=int, default=8, help="units the day is planned in with --workers")
     args = parser.parse_args()
     stamp = int(time.time())
     table = f"bench_compactor_{stamp}"
@@ -70,22 +76,46 @@ def main():
                 env["INFERLOG_SAMPLING__ENABLED"] = "true"
             if os.environ.get("BENCH_ZSTD_LEVEL"):
                 env["INFERLOG_COLD__ZSTD_LEVEL"] = os.environ["BENCH_ZSTD_LEVEL"]
+            if args.workers:
+                env["INFERLOG_COMPACTOR__UNIT_MAX_ROWS"] = str(-(-args.rows // args.units))
+            command = ["/usr/bin/time", "-f", "maxrss_kb=%M cpu_s=%U+%S", os.path.join(bindir, "inferlog-compactor"), "--config", config, "--day", day]
             started = time.monotonic()
-            out = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M cpu_s=%U+%S", os.path.join(bindir, "inferlog-compactor"),
-                                  "--config", config, "--day", day], env=env, capture_output=True, text=True)
+            planner = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            helpers = []
+            if args.workers > 1:
+                deadline = time.monotonic() + 300
+                def planned():  # the schema and its tables appear with the planner's migrations
+                    try:
+                        return psql(schema, "SELECT count(*) FROM compactor_units") not in ("", "0")
+                    except subprocess.CalledProcessError:
+                        return False
+                while not planned() and planner.poll() is None:
+                    if time.monotonic() > deadline:
+                        sys.exit("the day was not planned in units within 300 s")
+                    time.sleep(0.05)
+                helpers = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           for _ in range(args.workers - 1)]
+            _, err = planner.communicate()
             wall = time.monotonic() - started
+            out = subprocess.CompletedProcess(command, planner.returncode, "", err)
             if out.returncode != 0:
                 sys.exit(f"compactor failed:\n{out.stderr[-3000:]}")
+            per_worker = []
+            for p in [out] + [subprocess.CompletedProcess(command, h.wait(), "", h.communicate()[1]) for h in helpers]:
+                units = [int(m.group(1)) for m in re.finditer(r'stage="unit".*?elapsed_ms=(\d+)', p.stderr)]
+                per_worker.append({"units": len(units), "unit_s": round(sum(units) / 1000, 2),
+                                   "cpu_s": round(sum(map(float, re.search(r"cpu_s=([\d.]+)\+([\d.]+)", p.stderr).groups())), 2)})
             stage = {m.group(1): int(m.group(2)) for m in re.finditer(r'stage="(\w+)".*?elapsed_ms=(\d+)', out.stderr)}
             rss = int(re.search(r"maxrss_kb=(\d+)", out.stderr).group(1)) / 1024
             user, system = map(float, re.search(r"cpu_s=([\d.]+)\+([\d.]+)", out.stderr).groups())
             parquet_bytes = int(psql(schema, "SELECT sum(bytes) FROM cold_manifest"))
             rows, kept = map(int, psql(schema, "SELECT sum(represented_rows), sum(rows) FROM cold_manifest").split("|"))
             assert rows == args.rows, (rows, args.rows)
-            to_verified = (stage["archive"] + stage["verify"]) / 1000
-            runs.append({"wall_s": round(wall, 2), "settle_s": stage.get("settle", 0) / 1000, "archive_s": stage["archive"] / 1000, "verify_s": stage["verify"] / 1000,
+            to_verified = (stage["archive"] + stage.get("verify", 0)) / 1000
+            runs.append({"wall_s": round(wall, 2), "settle_s": stage.get("settle", 0) / 1000, "archive_s": stage["archive"] / 1000, "verify_s": stage.get("verify", 0) / 1000,
                          "aggregate_s": stage["aggregate"] / 1000, "rows_per_s_to_verified": round(args.rows / to_verified),
-                         "peak_rss_mb": round(rss, 1), "compactor_cpu_s": round(user + system, 2), "parquet_bytes": parquet_bytes, "rows_archived": kept})
+                         "peak_rss_mb": round(rss, 1), "compactor_cpu_s": round(user + system, 2), "parquet_bytes": parquet_bytes, "rows_archived": kept,
+                         "workers": per_worker})
             with tempfile.TemporaryFile() as sink:
                 started = time.monotonic()
                 subprocess.run(["clickhouse-client", "--query",
@@ -96,7 +126,8 @@ def main():
             print(json.dumps(runs[-1]), file=sys.stderr)
     median = lambda k: statistics.median(r[k] for r in runs)
     report = {
-        "rows": args.rows, "runs": len(runs), "sampling": args.sampling, "rows_archived": runs[0]["rows_archived"],
+        "rows": args.rows, "runs": len(runs), "sampling": args.sampling, "workers": args.workers,
+        "units": args.units if args.workers else 1, "rows_archived": runs[0]["rows_archived"],
         "median_rows_per_s_to_verified_parquet": median("rows_per_s_to_verified"),
         "median_settle_s": median("settle_s"), "median_archive_s": median("archive_s"), "median_verify_s": median("verify_s"),
         "median_aggregate_s": median("aggregate_s"), "median_wall_s": median("wall_s"),

@@ -111,6 +111,11 @@ impl ColdStore {
         format!("{}/part-{part:04}.parquet", self.day_dir(day))
     }
 
+    /// The key of part `part` of unit `unit` of `day` (a day archived in units).
+    pub fn unit_object_key(&self, day: Day, unit: crate::model::unit::Unit, part: u32) -> String {
+        format!("{}/unit-{:04}-of-{:04}-part-{part:04}.parquet", self.day_dir(day), unit.index, unit.of)
+    }
+
     /// The key of part `part` of a supplement of `day` (rows archived after
     /// the day was released), named by `tag`.
     pub fn supplement_key(&self, day: Day, tag: &str, part: u32) -> String {

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::config::ClickHouseConfig;
 use crate::error::StoreError;
+use crate::model::unit::Unit;
 use crate::Day;
 
 /// How a day's rows are read so that producer retries count once.
@@ -382,11 +383,17 @@ impl HotTier {
     /// sum, so a `remote_servers` that disagrees with the configured
     /// shards is caught too.
     pub async fn fingerprint(&self, day: Day, mode: ReadMode) -> Result<DayFingerprint, StoreError> {
+        self.unit_fingerprint(day, mode, Unit::WHOLE_DAY).await
+    }
+
+    /// The fingerprint of one unit of a day's rows ([`Unit::condition`]),
+    /// as [`HotTier::fingerprint`] computes the day's.
+    pub async fn unit_fingerprint(&self, day: Day, mode: ReadMode, unit: Unit) -> Result<DayFingerprint, StoreError> {
         let Some(cluster) = &self.cluster else {
-            return self.fingerprint_on(&self.client, &self.qualified(), day, mode).await;
+            return self.fingerprint_on(&self.client, &self.qualified(), day, mode, unit).await;
         };
         let local = format!("{}.{}", self.database, crate::model::tables::local_table(&self.table));
-        let answers = futures_util::future::join_all(cluster.replicas.iter().map(|r| self.fingerprint_on(&r.client, &local, day, mode))).await;
+        let answers = futures_util::future::join_all(cluster.replicas.iter().map(|r| self.fingerprint_on(&r.client, &local, day, mode, unit))).await;
         let mut total = DayFingerprint::EMPTY;
         for (shard, &needed) in cluster.read_quorum.iter().enumerate() {
             let mut agreed: Option<(&str, DayFingerprint)> = None;
@@ -431,12 +438,13 @@ impl HotTier {
         Ok(total)
     }
 
-    async fn fingerprint_on(&self, client: &Client, table: &str, day: Day, mode: ReadMode) -> Result<DayFingerprint, StoreError> {
+    async fn fingerprint_on(&self, client: &Client, table: &str, day: Day, mode: ReadMode, unit: Unit) -> Result<DayFingerprint, StoreError> {
         let sql = format!(
             "SELECT count() AS rows, sum(toUInt64(input_tokens)) AS input_tokens, sum(toUInt64(output_tokens)) AS output_tokens, \
              countIf(error_code != 0) AS errors, min(timestamp_ms) AS min_timestamp_ms, max(timestamp_ms) AS max_timestamp_ms \
-             FROM {table} {} WHERE day = toDate(?)",
-            mode.modifier()
+             FROM {table} {} WHERE day = toDate(?) AND {}",
+            mode.modifier(),
+            unit.condition()
         );
         let fp = client
             .query(&sql)

@@ -516,3 +516,81 @@ fn two_replicas_share_the_days_and_a_local_directory_works_as_the_cold_store() {
     let manifest = s.psql("SELECT object_key FROM cold_manifest ORDER BY object_key");
     assert_eq!(files.join("\n"), manifest, "one file per manifest row under dt= folders, nothing else");
 }
+
+#[test]
+#[allow(clippy::print_stderr)] // the seed, to replay a failure
+fn three_compactors_share_a_day_in_units_one_killed_mid_unit() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = rand::thread_rng().gen();
+    eprintln!("seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let s = TierScenario::new("cmp_units", "");
+    s.rewrite_config("lateness = \"1s\"", "lateness = \"1s\"\nunit_max_rows = 125000");
+    // Past the 7-day hot retention: archived, aggregated and released in one pass.
+    let day = today() - 10;
+    let events = s.seed(1_000_000, 1, day, seed);
+
+    // A: plans the day in 8 units, claims the first, writes its objects and
+    // pauses there, holding the day's lock and the unit (not recorded).
+    let mut a = s.spawn("inferlog-compactor", &["--once"], "a.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "unit-written")]);
+    if let Some(status) = inferlog_tests::wait_paused(&mut a, || s.log("a.log"), Duration::from_secs(300)) {
+        panic!("A exited ({status}) before writing a unit: {}", s.log("a.log"));
+    }
+    assert_eq!(s.psql("SELECT count(*), min(units) FROM compactor_units"), "8\t8", "planned once, in 8 units");
+    // B and C find the day held and work its other units. A dies at a
+    // seeded moment while they do (or after they left, if they were quick).
+    let mut b = s.spawn("inferlog-compactor", &["--once"], "b.log", &[]);
+    let mut c = s.spawn("inferlog-compactor", &["--once"], "c.log", &[]);
+    let kill_after = Duration::from_millis(rng.gen_range(0..3_000));
+    eprintln!("A killed {kill_after:?} after B and C started");
+    std::thread::sleep(kill_after);
+    a.kill().expect("kill -9 A");
+    let _ = a.wait();
+    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+        let status = inferlog_tests::wait_with_limit(child, Duration::from_secs(300));
+        assert!(status.success(), "{name}: {status}: {}", s.log(&format!("{name}.log")));
+    }
+    // Whoever is left finishes the day: B or C took it over if A died
+    // before they left; otherwise a fourth run does.
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "d.log");
+    assert_eq!(code, 0, "{}", s.log("d.log"));
+
+    let name = day_string(day);
+    assert_eq!(s.psql("SELECT day, state, hot_rows FROM compactor_days"), format!("{name}\treleased\t1000000"));
+    assert!(s.hot_days().is_empty(), "released from the hot tier");
+    assert_eq!(s.psql("SELECT count(*) FROM compactor_units"), "0", "the plan is forgotten once the manifest holds it");
+    assert_eq!(
+        s.psql(&format!("SELECT count(*), sum(rows) FROM retention_audit WHERE action = 'drop_partition' AND unit = '{name}'")),
+        "1\t1000000",
+        "released once"
+    );
+    let workers = ["a.log", "b.log", "c.log", "d.log"].iter().filter(|l| s.log(l).contains("unit verified")).count();
+    assert!(workers >= 2, "the units were shared: {workers} processes verified units");
+
+    // The manifest lists every object once and only the objects that exist,
+    // each with the bytes the store holds; every request id once.
+    let manifest = s.psql("SELECT object_key, sha256, rows FROM cold_manifest ORDER BY object_key");
+    let digests = s.s3_digests();
+    let listed: BTreeMap<String, String> =
+        manifest.lines().map(|l| l.split('\t').collect::<Vec<_>>()).map(|f| (f[0].to_owned(), f[1].to_owned())).collect();
+    assert_eq!(listed, digests, "manifest = the objects in the store, byte for byte (none of A's left over)");
+    let units: std::collections::BTreeSet<&str> = listed.keys().filter_map(|k| k.rsplit('/').next()).filter_map(|f| f.get(..17)).collect();
+    assert_eq!(units.len(), 8, "objects of 8 units: {units:?}");
+    let archive = s.read_archive(0);
+    let mut ids: Vec<&str> = archive
+        .as_array()
+        .expect("objects")
+        .iter()
+        .flat_map(|o| o["request_ids"].as_array().expect("ids").iter().filter_map(|v| v.as_str()))
+        .collect();
+    ids.sort_unstable();
+    let mut expected: Vec<&str> = events.iter().map(|e| e.request_id.as_str()).collect();
+    expected.sort_unstable();
+    assert!(ids == expected, "every request id of the input archived once ({} archived, {} sent)", ids.len(), expected.len());
+
+    // The day's aggregates equal figures computed here from the input:
+    // counts, tokens and the exact percentiles.
+    assert_aggregates_match(&s, &events);
+    let (code, out) = s.run("inferlog-retention", &["audit"], "audit.log");
+    assert_eq!(code, 0, "the audit is clean: {out}{}", s.log("audit.log"));
+}

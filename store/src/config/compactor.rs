@@ -22,6 +22,17 @@ pub struct CompactorConfig {
     pub metrics_addr: String,
     /// ClickHouse's memory for sorting one day before spilling to disk, in bytes. Default: 1073741824.
     pub sort_memory_bytes: u64,
+    /// A closed day of more rows is archived in units of at most this many
+    /// rows (split by `cityHash64(request_id)`), which any number of
+    /// compactors share: see docs/scaling.md. 0: one unit whatever the
+    /// size. A day archived with sampling is one unit. Default: 20000000.
+    pub unit_max_rows: u64,
+    /// How long the compactor that planned a day's units waits, once none is
+    /// left to claim, for the units other compactors hold, before it leaves
+    /// the day to the next pass. Default: "1h".
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub unit_wait: Duration,
 }
 
 impl Default for CompactorConfig {
@@ -31,6 +42,8 @@ impl Default for CompactorConfig {
             lateness: Duration::from_secs(3600),
             metrics_addr: "127.0.0.1:9465".into(),
             sort_memory_bytes: 1 << 30,
+            unit_max_rows: 20_000_000,
+            unit_wait: Duration::from_secs(3600),
         }
     }
 }

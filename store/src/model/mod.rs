@@ -17,6 +17,7 @@
 //! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
 //! - [`callers`]: the fold's account of each hashed caller's load per hour (hot days).
 //! - [`waste`]: the fold's account of repeated prompts and output lengths (hot and whole archive days).
+//! - [`unit`]: a closed day cut into units that compactors archive independently.
 //! - [`aggregates`]: the Postgres aggregate tables' columns.
 
 pub mod aggregates;
@@ -30,6 +31,7 @@ pub mod rows;
 pub mod sample;
 pub mod stored;
 pub mod tables;
+pub mod unit;
 pub mod waste;
 
 /// A random seed for a test and its generator, the seed printed (and

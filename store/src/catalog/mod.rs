@@ -15,6 +15,9 @@ use crate::error::StoreError;
 use crate::hot::DayFingerprint;
 use crate::Day;
 
+mod units;
+pub use units::{UnitClaim, UnitProgress};
+
 /// Where the compactor is with one day. The order is the order of work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DayState {
@@ -315,16 +318,7 @@ impl Catalog {
     /// Replaces the day's manifest with `entries` and marks it verified, atomically.
     pub async fn record_verified(&self, day: Day, fingerprint: &DayFingerprint, entries: &[ManifestEntry]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
-        sqlx::query("DELETE FROM cold_manifest WHERE day = $1")
-            .bind(date_of(day))
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::postgres("replace manifest"))?;
-        for e in entries {
-            upsert_manifest_row(&mut *tx, e).await?;
-        }
-        let bytes = entries.iter().map(|e| e.bytes).sum();
-        set_state(&mut *tx, day, DayState::Verified, fingerprint, entries.len() as u32, bytes).await?;
+        replace_manifest(&mut tx, day, fingerprint, entries).await?;
         tx.commit().await.map_err(StoreError::postgres("commit manifest"))
     }
 
@@ -429,6 +423,25 @@ async fn insert_audit_once(conn: &mut sqlx::PgConnection, audit: &AuditEntry) ->
 }
 
 /// One manifest row, replacing the row of the same object if there is one.
+/// In `tx`: the day's manifest replaced by `entries`, the day verified.
+async fn replace_manifest(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    day: Day,
+    fingerprint: &DayFingerprint,
+    entries: &[ManifestEntry],
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM cold_manifest WHERE day = $1")
+        .bind(date_of(day))
+        .execute(&mut **tx)
+        .await
+        .map_err(StoreError::postgres("replace manifest"))?;
+    for e in entries {
+        upsert_manifest_row(&mut **tx, e).await?;
+    }
+    let bytes = entries.iter().map(|e| e.bytes).sum();
+    set_state(&mut **tx, day, DayState::Verified, fingerprint, entries.len() as u32, bytes).await
+}
+
 async fn upsert_manifest_row<'e, E: Executor<'e, Database = Postgres>>(executor: E, e: &ManifestEntry) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO cold_manifest (object_key, day, rows, bytes, sha256, schema_version, represented_rows) VALUES ($1, $2, $3, $4, $5, $6, $7) \

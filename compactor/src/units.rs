@@ -1,0 +1,120 @@
+//! A closed day archived in units by any number of compactors. In: a day
+//! the planner (the compactor holding the day's advisory lock) found too
+//! large for one unit, with its fingerprint and read mode. Out: every unit's
+//! objects written, read back and verified against ClickHouse's fingerprint
+//! of the unit's rows, recorded per unit, then moved into the day's
+//! manifest with the day's `verified` state in one transaction.
+//!
+//! Units come from the catalog ([`inferlog_store::catalog::UnitClaim`]):
+//! the planner and every compactor that finds the day's lock taken claim
+//! pending units until none is left; a compactor that dies mid-unit frees
+//! it for the others. The same unit's rows make the same object keys, so a
+//! unit written again replaces a dead worker's objects; objects of an
+//! earlier plan are deleted once the day is verified (`remove_superseded`).
+
+use std::time::{Duration, Instant};
+
+use inferlog_store::catalog::{Catalog, ManifestEntry};
+use inferlog_store::cold::ColdStore;
+use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
+use inferlog_store::model::unit::Unit;
+use inferlog_store::Day;
+
+use crate::archive::Archiver;
+use crate::error::CompactorError;
+use crate::metrics::{self, Metrics};
+use crate::verify::{verify_day, Expected};
+use crate::PAUSE_ENV;
+
+/// What the units of a day need, and who this worker is.
+#[derive(Debug, Clone)]
+pub struct UnitWorker {
+    pub hot: HotTier,
+    pub cold: ColdStore,
+    pub catalog: Catalog,
+    pub archiver: Archiver,
+    pub metrics: Metrics,
+    /// `[compactor] unit_max_rows`.
+    pub max_rows: u64,
+    /// `[compactor] unit_wait`.
+    pub wait: Duration,
+    /// This process, as the catalog records who verified a unit: host and pid.
+    pub name: String,
+}
+
+impl UnitWorker {
+    /// The name of this process: the host's name and the process id.
+    pub fn process_name() -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "compactor".into());
+        format!("{host}:{}", std::process::id())
+    }
+
+    /// How many units a day of `rows` is planned in.
+    pub fn units_for(&self, rows: u64) -> u32 {
+        Unit::count(rows, self.max_rows)
+    }
+
+    /// As the planner: plans `day` in `units` units (once), works units
+    /// until none is left to claim, waits (up to `wait`) for those others
+    /// hold, taking any a dead worker freed, and records the day verified
+    /// with every unit's objects. Returns the day's manifest entries.
+    pub async fn archive_day(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, units: u32) -> Result<Vec<ManifestEntry>, CompactorError> {
+        let name = inferlog_store::day_string(day);
+        let planned = self.catalog.plan_units(day, fp, mode, units).await?;
+        tracing::info!(day = %name, units = planned, rows = fp.rows, "day planned in units");
+        let deadline = Instant::now() + self.wait;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            self.work(day).await?;
+            let progress = self.catalog.unit_progress(day).await?;
+            if progress.done() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(CompactorError::UnitsHeld { day: name, verified: progress.verified, units: progress.units });
+            }
+            // Held by other compactors: their end (done, or dead and freed) is
+            // seen on the next look.
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+        Ok(self.catalog.record_units_verified(day, fp).await?)
+    }
+
+    /// Claims and archives pending units of `day` until none is left to
+    /// claim; returns how many this worker verified.
+    pub async fn work(&self, day: Day) -> Result<u32, CompactorError> {
+        let mut done = 0;
+        while let Some(claim) = self.catalog.claim_unit(day).await? {
+            let (unit, mode) = (claim.unit, claim.mode);
+            let name = inferlog_store::day_string(day);
+            let started = Instant::now();
+            let fp = self.hot.unit_fingerprint(day, mode, unit).await?;
+            let written = self.archiver.archive_unit(day, mode, unit).await?;
+            for o in &written {
+                metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
+            }
+            inferlog_store::test_hooks::pause_point(PAUSE_ENV, "unit-written").await;
+            // Reading the objects back and asking ClickHouse for the unit's
+            // fingerprint now are independent: both at once.
+            let expected = Expected::all(&fp);
+            let (now, verified) = tokio::join!(self.hot.unit_fingerprint(day, mode, unit), verify_day(&self.cold, day, &written, &expected));
+            let now = now?;
+            if now != fp {
+                let message = format!("unit {}: {} became {}", unit.name(), fp.encode(), now.encode());
+                return Err(CompactorError::RowsChanged { day: name, step: "unit", message });
+            }
+            // On an error the claim ends: the unit is pending again.
+            let entries = verified.inspect_err(|e| {
+                if e.class() == inferlog_schema::ErrorClass::Reject {
+                    metrics::verification_failed(&self.metrics, e);
+                }
+            })?;
+            claim.verified(&self.name, fp.rows, &entries).await?;
+            metrics::stage_finished(&self.metrics, &name, "unit", fp.rows, started.elapsed());
+            tracing::info!(day = %name, unit = %unit.name(), rows = fp.rows, objects = entries.len(), "unit verified");
+            done += 1;
+        }
+        Ok(done)
+    }
+}
