@@ -217,15 +217,15 @@ impl Archiver {
             Some(rule) => Some(self.plan(day, mode, rule).await?),
             None => None,
         };
-        self.archive_as(day, mode, Unit::WHOLE_DAY, sink, selecting, |part| self.cold.object_key(day, part)).await
+        self.archive_as(day, mode, Unit::whole_day(), sink, selecting, |part| self.cold.object_key(day, part)).await
     }
 
     /// Writes the rows of `unit` of `day` (a day archived in units, never
     /// sampled) as `unit-UUUU-of-NNNN-part-KKKK` objects of at most
     /// `object_max_rows` rows each, in the day's order; the same rows make
     /// the same objects, so a unit written again replaces its objects.
-    pub async fn archive_unit(&self, day: Day, mode: ReadMode, unit: Unit) -> Result<Vec<WrittenObject>, CompactorError> {
-        let (written, (), _) = self.archive_as(day, mode, unit, (), None, |part| self.cold.unit_object_key(day, unit, part)).await?;
+    pub async fn archive_unit(&self, day: Day, mode: ReadMode, unit: &Unit) -> Result<Vec<WrittenObject>, CompactorError> {
+        let (written, (), _) = self.archive_as(day, mode, unit.clone(), (), None, |part| self.cold.unit_object_key(day, unit, part)).await?;
         Ok(written)
     }
 
@@ -247,7 +247,7 @@ impl Archiver {
     /// archive; the same `tag` (of the same rows) names the same objects.
     pub async fn archive_supplement(&self, day: Day, mode: ReadMode, tag: &str) -> Result<Vec<WrittenObject>, CompactorError> {
         // Late rows are few: kept whole, whatever the sampling.
-        let (written, (), _) = self.archive_as(day, mode, Unit::WHOLE_DAY, (), None, |part| self.cold.supplement_key(day, tag, part)).await?;
+        let (written, (), _) = self.archive_as(day, mode, Unit::whole_day(), (), None, |part| self.cold.supplement_key(day, tag, part)).await?;
         Ok(written)
     }
 
@@ -317,7 +317,7 @@ impl Archiver {
     /// Streams the day's rows as [`Archiver::archive_day`] reads them into
     /// `sink` only (for a day an earlier run archived).
     pub async fn fold_day<S: RowSink>(&self, day: Day, mode: ReadMode, mut sink: S) -> Result<S, CompactorError> {
-        let mut cursor = day_rows(&self.hot, day, mode, Unit::WHOLE_DAY, self.sort_memory_bytes)?;
+        let mut cursor = day_rows(&self.hot, day, mode, &Unit::whole_day(), self.sort_memory_bytes)?;
         while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
             sink.row(&row);
         }
@@ -329,7 +329,7 @@ impl Archiver {
 /// make the same objects), producer retries collapsed: a day merged into
 /// one part is read as is by one thread, which is in key order; otherwise
 /// it is read with `FINAL` and sorted.
-fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, unit: Unit, sort_memory_bytes: u64) -> Result<RowCursor<StoredRow<'static>>, CompactorError> {
+fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, unit: &Unit, sort_memory_bytes: u64) -> Result<RowCursor<StoredRow<'static>>, CompactorError> {
     // The table's own order, then the Kafka coordinates: what one merged part holds.
     let order = match mode {
         ReadMode::OnePart => String::new(),
@@ -340,7 +340,7 @@ fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, unit: Unit, sort_memory_byt
         StoredRow::select_list(),
         hot.qualified(),
         mode.modifier(),
-        unit.condition()
+        unit.condition
     );
     Ok(hot
         .client()
@@ -364,7 +364,7 @@ async fn read_day<S: RowSink>(
     mut sink: S,
     mut selecting: Option<Selecting>,
 ) -> Result<(u64, S, Option<Selecting>), CompactorError> {
-    let mut cursor = day_rows(&hot, day, mode, unit, sort_memory_bytes)?;
+    let mut cursor = day_rows(&hot, day, mode, &unit, sort_memory_bytes)?;
     let schema = archive_schema();
     let mut builder = BatchBuilder::new(schema);
     let mut total = 0u64;

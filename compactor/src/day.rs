@@ -155,14 +155,15 @@ impl DayWork {
         // counting the aggregates' histograms, hours and errors on the way.
         let mut folded: Option<DayFold> = None;
         let mut expected = Expected::all(&fp);
-        let units = if self.sampling.enabled { 1 } else { self.units.units_for(fp.rows) };
-        if (state.is_none() || state == Some(DayState::Archiving)) && units > 1 {
+        let in_units = !self.sampling.enabled && self.units.splits(fp.rows);
+        if (state.is_none() || state == Some(DayState::Archiving)) && in_units {
             // A large day: archived and verified in units, by this compactor
-            // and any other that helps (crate::units); the fold reads the
-            // day again below.
+            // and any other that helps (crate::units), while this one also
+            // reads the day for the aggregates' fold.
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
-            let entries = self.units.archive_day(day, &fp, mode, units).await?;
+            let fold = self.archiver.fold_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() }));
+            let (entries, fold) = tokio::try_join!(self.units.archive_day(day, &fp, mode), fold)?;
             let now = self.hot.fingerprint(day, mode).await?;
             if now != fp {
                 return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });
@@ -173,6 +174,7 @@ impl DayWork {
             tracing::info!(day = %name, objects = entries.len(), "day verified from its units");
             pause_point(DayState::Verified.as_str()).await;
             state = Some(DayState::Verified);
+            folded = Some(fold);
         }
         let written: Vec<WrittenObject>;
         if state.is_none() || state == Some(DayState::Archiving) {

@@ -49,18 +49,19 @@ impl UnitWorker {
         format!("{host}:{}", std::process::id())
     }
 
-    /// How many units a day of `rows` is planned in.
-    pub fn units_for(&self, rows: u64) -> u32 {
-        Unit::count(rows, self.max_rows)
+    /// Whether a day of `rows` rows is archived in units.
+    pub fn splits(&self, rows: u64) -> bool {
+        self.max_rows > 0 && rows > self.max_rows
     }
 
-    /// As the planner: plans `day` in `units` units (once), works units
+    /// As the planner: plans `day` in units (once), works units
     /// until none is left to claim, waits (up to `wait`) for those others
     /// hold, taking any a dead worker freed, and records the day verified
     /// with every unit's objects. Returns the day's manifest entries.
-    pub async fn archive_day(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, units: u32) -> Result<Vec<ManifestEntry>, CompactorError> {
+    pub async fn archive_day(&self, day: Day, fp: &DayFingerprint, mode: ReadMode) -> Result<Vec<ManifestEntry>, CompactorError> {
         let name = inferlog_store::day_string(day);
-        let planned = self.catalog.plan_units(day, fp, mode, units).await?;
+        let series = self.hot.day_series(day, mode, self.max_rows).await?;
+        let planned = self.catalog.plan_units(day, fp, mode, &Unit::plan(&series, self.max_rows)).await?;
         tracing::info!(day = %name, units = planned, rows = fp.rows, "day planned in units");
         let deadline = Instant::now() + self.wait;
         let mut pause = Duration::from_millis(100);
@@ -86,11 +87,11 @@ impl UnitWorker {
     pub async fn work(&self, day: Day) -> Result<u32, CompactorError> {
         let mut done = 0;
         while let Some(claim) = self.catalog.claim_unit(day).await? {
-            let (unit, mode) = (claim.unit, claim.mode);
+            let (unit, mode) = (claim.unit.clone(), claim.mode);
             let name = inferlog_store::day_string(day);
             let started = Instant::now();
-            let fp = self.hot.unit_fingerprint(day, mode, unit).await?;
-            let written = self.archiver.archive_unit(day, mode, unit).await?;
+            let fp = self.hot.unit_fingerprint(day, mode, &unit).await?;
+            let written = self.archiver.archive_unit(day, mode, &unit).await?;
             for o in &written {
                 metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
             }
@@ -98,7 +99,7 @@ impl UnitWorker {
             // Reading the objects back and asking ClickHouse for the unit's
             // fingerprint now are independent: both at once.
             let expected = Expected::all(&fp);
-            let (now, verified) = tokio::join!(self.hot.unit_fingerprint(day, mode, unit), verify_day(&self.cold, day, &written, &expected));
+            let (now, verified) = tokio::join!(self.hot.unit_fingerprint(day, mode, &unit), verify_day(&self.cold, day, &written, &expected));
             let now = now?;
             if now != fp {
                 let message = format!("unit {}: {} became {}", unit.name(), fp.encode(), now.encode());

@@ -14,7 +14,8 @@ goal is at most 1.25.
 usage: deploy/bench/compactor_bench.py [--rows 1000000] [--runs 3] [--sampling] [--workers N [--units U]]
 --sampling archives with [sampling] enabled (its defaults): the day has no
 history, so the static thresholds apply. --workers N (N >= 1 with --units)
-archives the day in U units (default 8: `unit_max_rows` = rows / U) with N
+archives the day in units of at most rows / U rows (U default 8; whole
+series and pieces of series, so at least U units) with N
 compactors: the first plans the day, N - 1 more start once it has, and each
 prints how many units it verified and its time in them; the serial part
 (settle, planning, the day's fold and aggregates) is the planner's. Needs `deploy/local/services.sh up` and release binaries (cargo build --release --bins).

@@ -316,7 +316,9 @@ start_clickhouse() {
 
 # Until a ClickHouse server answers /ping on PORT (30 s).
 wait_clickhouse() { # port name err_log
-  for _ in $(seq 1 150); do curl -fsS "http://127.0.0.1:$1/ping" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  # Up to 2 minutes: 18.16 loads every table before it answers, and a
+  # test run leaves hundreds.
+  for _ in $(seq 1 600); do curl -fsS "http://127.0.0.1:$1/ping" >/dev/null 2>&1 && return 0; sleep 0.2; done
   log "$2 did not start; see $3"; return 1
 }
 

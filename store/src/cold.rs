@@ -112,7 +112,7 @@ impl ColdStore {
     }
 
     /// The key of part `part` of unit `unit` of `day` (a day archived in units).
-    pub fn unit_object_key(&self, day: Day, unit: crate::model::unit::Unit, part: u32) -> String {
+    pub fn unit_object_key(&self, day: Day, unit: &crate::model::unit::Unit, part: u32) -> String {
         format!("{}/unit-{:04}-of-{:04}-part-{part:04}.parquet", self.day_dir(day), unit.index, unit.of)
     }
 

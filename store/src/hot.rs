@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::config::ClickHouseConfig;
 use crate::error::StoreError;
-use crate::model::unit::Unit;
+use crate::model::unit::{Series, Unit};
 use crate::Day;
 
 /// How a day's rows are read so that producer retries count once.
@@ -383,12 +383,68 @@ impl HotTier {
     /// sum, so a `remote_servers` that disagrees with the configured
     /// shards is caught too.
     pub async fn fingerprint(&self, day: Day, mode: ReadMode) -> Result<DayFingerprint, StoreError> {
-        self.unit_fingerprint(day, mode, Unit::WHOLE_DAY).await
+        self.unit_fingerprint(day, mode, &Unit::whole_day()).await
+    }
+
+    /// The day's series (business line × model × version, in key order)
+    /// and their rows, each larger than `max_rows` with the times that cut
+    /// it in pieces of about that many (approximate quantiles of its
+    /// `event_time`: any cut keeps the pieces disjoint and complete).
+    pub async fn day_series(&self, day: Day, mode: ReadMode, max_rows: u64) -> Result<Vec<Series>, StoreError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Counted {
+            business_line: String,
+            model_name: String,
+            model_version: String,
+            rows: u64,
+        }
+        let table = self.qualified();
+        let sql = format!(
+            "SELECT business_line, model_name, model_version, count() AS rows FROM {table} {} WHERE day = toDate(?) \
+             GROUP BY business_line, model_name, model_version ORDER BY business_line, model_name, model_version",
+            mode.modifier()
+        );
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Cuts {
+            cuts: Vec<u32>,
+        }
+        let counted = self.client.query(&sql).bind(crate::day_string(day)).fetch_all::<Counted>().await.map_err(self.error("day series"))?;
+        let mut series = Vec::with_capacity(counted.len());
+        for c in counted {
+            let mut s =
+                Series { business_line: c.business_line, model_name: c.model_name, model_version: c.model_version, rows: c.rows, cuts: Vec::new() };
+            let pieces = Series::pieces(s.rows, max_rows);
+            if pieces > 1 {
+                let levels: Vec<String> = (1..pieces).map(|i| format!("{}", f64::from(i) / f64::from(pieces))).collect();
+                let sql = format!(
+                    "SELECT arrayMap(x -> toUInt32(x), quantiles({})(toUInt32(event_time))) AS cuts FROM {table} {} \
+                     WHERE day = toDate(?) AND business_line = ? AND model_name = ? AND model_version = ?",
+                    levels.join(", "),
+                    mode.modifier()
+                );
+                let mut cuts: Vec<u32> = self
+                    .client
+                    .query(&sql)
+                    .bind(crate::day_string(day))
+                    .bind(&s.business_line)
+                    .bind(&s.model_name)
+                    .bind(&s.model_version)
+                    .fetch_one::<Cuts>()
+                    .await
+                    .map_err(self.error("day series cuts"))?
+                    .cuts;
+                cuts.sort_unstable();
+                cuts.dedup();
+                s.cuts = cuts;
+            }
+            series.push(s);
+        }
+        Ok(series)
     }
 
     /// The fingerprint of one unit of a day's rows ([`Unit::condition`]),
     /// as [`HotTier::fingerprint`] computes the day's.
-    pub async fn unit_fingerprint(&self, day: Day, mode: ReadMode, unit: Unit) -> Result<DayFingerprint, StoreError> {
+    pub async fn unit_fingerprint(&self, day: Day, mode: ReadMode, unit: &Unit) -> Result<DayFingerprint, StoreError> {
         let Some(cluster) = &self.cluster else {
             return self.fingerprint_on(&self.client, &self.qualified(), day, mode, unit).await;
         };
@@ -438,13 +494,13 @@ impl HotTier {
         Ok(total)
     }
 
-    async fn fingerprint_on(&self, client: &Client, table: &str, day: Day, mode: ReadMode, unit: Unit) -> Result<DayFingerprint, StoreError> {
+    async fn fingerprint_on(&self, client: &Client, table: &str, day: Day, mode: ReadMode, unit: &Unit) -> Result<DayFingerprint, StoreError> {
         let sql = format!(
             "SELECT count() AS rows, sum(toUInt64(input_tokens)) AS input_tokens, sum(toUInt64(output_tokens)) AS output_tokens, \
              countIf(error_code != 0) AS errors, min(timestamp_ms) AS min_timestamp_ms, max(timestamp_ms) AS max_timestamp_ms \
              FROM {table} {} WHERE day = toDate(?) AND {}",
             mode.modifier(),
-            unit.condition()
+            unit.condition
         );
         let fp = client
             .query(&sql)

@@ -53,11 +53,11 @@ fn mode_name(mode: ReadMode) -> &'static str {
 }
 
 impl Catalog {
-    /// Plans `day` (of fingerprint `fp`, read as `mode`) in `units` units,
-    /// once: a plan for the same fingerprint is kept as it is (with its
-    /// number of units and the units already verified); a plan for other
-    /// rows is replaced. Returns the number of units in effect.
-    pub async fn plan_units(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, units: u32) -> Result<u32, StoreError> {
+    /// Plans `day` (of fingerprint `fp`, read as `mode`) in `units`, once:
+    /// a plan for the same fingerprint is kept as it is (with its units and
+    /// those already verified); a plan for other rows is replaced. Returns
+    /// the number of units in effect.
+    pub async fn plan_units(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, units: &[Unit]) -> Result<u32, StoreError> {
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
         // A unit of an old plan still being worked keeps its row locked:
         // this waits for that worker, whose objects the new plan replaces.
@@ -67,18 +67,25 @@ impl Catalog {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::postgres("replace a day's units"))?;
-        sqlx::query(
-            "INSERT INTO compactor_units (day, unit, units, fingerprint, read_mode) \
-             SELECT $1, g, $2, $3, $4 FROM generate_series(0, $2 - 1) AS g \
-             WHERE NOT EXISTS (SELECT 1 FROM compactor_units WHERE day = $1) ON CONFLICT (day, unit) DO NOTHING",
-        )
-        .bind(date_of(day))
-        .bind(units as i32)
-        .bind(fp.encode())
-        .bind(mode_name(mode))
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::postgres("plan a day's units"))?;
+        let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM compactor_units WHERE day = $1")
+            .bind(date_of(day))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::postgres("read a day's plan"))?;
+        if existing == 0 {
+            for u in units {
+                sqlx::query("INSERT INTO compactor_units (day, unit, units, fingerprint, read_mode, condition) VALUES ($1, $2, $3, $4, $5, $6)")
+                    .bind(date_of(day))
+                    .bind(u.index as i32)
+                    .bind(u.of as i32)
+                    .bind(fp.encode())
+                    .bind(mode_name(mode))
+                    .bind(&u.condition)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::postgres("plan a day's units"))?;
+            }
+        }
         let planned: i32 = sqlx::query_scalar("SELECT units FROM compactor_units WHERE day = $1 LIMIT 1")
             .bind(date_of(day))
             .fetch_one(&mut *tx)
@@ -93,7 +100,7 @@ impl Catalog {
     pub async fn claim_unit(&self, day: Day) -> Result<Option<UnitClaim>, StoreError> {
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
         let row = sqlx::query(
-            "SELECT unit, units, fingerprint, read_mode FROM compactor_units WHERE day = $1 AND state = 'pending' \
+            "SELECT unit, units, fingerprint, read_mode, condition FROM compactor_units WHERE day = $1 AND state = 'pending' \
              ORDER BY unit LIMIT 1 FOR UPDATE SKIP LOCKED",
         )
         .bind(date_of(day))
@@ -110,7 +117,7 @@ impl Catalog {
         };
         Ok(Some(UnitClaim {
             day,
-            unit: Unit { index: index as u32, of: of as u32 },
+            unit: Unit { index: index as u32, of: of as u32, condition: row.try_get("condition").map_err(decode)? },
             fingerprint: row.try_get("fingerprint").map_err(decode)?,
             mode,
             tx,
@@ -175,6 +182,26 @@ impl Catalog {
         .map_err(StoreError::postgres("check a day's units"))?;
         if open > 0 {
             return Err(StoreError::Unconfirmed(format!("{open} units of {} are not verified for {}", crate::day_string(day), fp.encode())));
+        }
+        // The units must hold the day: a plan that missed rows is dropped
+        // (planned again on the next pass), never recorded.
+        let held: i64 = sqlx::query_scalar("SELECT coalesce(sum(rows), 0)::bigint FROM compactor_units WHERE day = $1")
+            .bind(date_of(day))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::postgres("check a day's units"))?;
+        if held as u64 != fp.rows {
+            sqlx::query("DELETE FROM compactor_units WHERE day = $1")
+                .bind(date_of(day))
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::postgres("forget a day's units"))?;
+            tx.commit().await.map_err(StoreError::postgres("commit"))?;
+            return Err(StoreError::Unconfirmed(format!(
+                "the units of {} hold {held} rows, the day {}: planned again on the next pass",
+                crate::day_string(day),
+                fp.rows
+            )));
         }
         super::replace_manifest(&mut tx, day, fp, &entries).await?;
         sqlx::query("DELETE FROM compactor_units WHERE day = $1")

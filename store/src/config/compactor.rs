@@ -23,8 +23,9 @@ pub struct CompactorConfig {
     /// ClickHouse's memory for sorting one day before spilling to disk, in bytes. Default: 1073741824.
     pub sort_memory_bytes: u64,
     /// A closed day of more rows is archived in units of at most this many
-    /// rows (split by `cityHash64(request_id)`), which any number of
-    /// compactors share: see docs/scaling.md. 0: one unit whatever the
+    /// rows (ranges of the sorting key: whole series, or a series cut by
+    /// `event_time`), which any number of compactors share: see
+    /// docs/scaling.md. 0: one unit whatever the
     /// size. A day archived with sampling is one unit. Default: 20000000.
     pub unit_max_rows: u64,
     /// How long the compactor that planned a day's units waits, once none is

@@ -1,68 +1,108 @@
 //! A closed day cut into units that compactors archive independently. In:
-//! the day's row count and `[compactor] unit_max_rows`. Out: how many units
-//! the day is planned in, and for each [`Unit`] the condition on the hot
-//! table that selects its rows.
+//! the day's series (business line × model × version, the hot table's
+//! leading key columns) with their row counts, and for a series larger than
+//! a unit, times that cut it in pieces; `[compactor] unit_max_rows`. Out:
+//! the day's [`Unit`]s, each a contiguous range of the table's sorting key
+//! given as a condition on its rows.
 //!
-//! The split needs no coordination and no read of the rows: unit `i` of
-//! `n` holds the rows whose `cityHash64(request_id)` falls in the `i`-th of
-//! `n` equal ranges of the 64-bit hash space, so the same rows make the
-//! same units whoever reads them, and the units are disjoint and cover the
-//! day. Hashes spread evenly, so each unit holds about `rows / n` rows.
+//! A unit is whole series, or pieces of one cut by `event_time`, packed in
+//! key order, so ClickHouse reads only the unit's granules (its primary
+//! index answers a series and a time range) and the units are disjoint
+//! and cover the day: a series' first piece is open below, its last open
+//! above. The plan is recorded with the day's fingerprint, so every reader
+//! uses the same units; rows that arrive later change the fingerprint and
+//! the day is planned again.
 
-/// Unit `index` of a day planned in `of` units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One unit of a day: `index` of `of`, and the condition (SQL, to follow
+/// `AND`) that selects its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unit {
     pub index: u32,
     pub of: u32,
+    pub condition: String,
 }
 
-impl Unit {
-    /// The whole day as one unit (no condition on the rows).
-    pub const WHOLE_DAY: Unit = Unit { index: 0, of: 1 };
+/// One series of a day, its rows, and the times (`event_time`, seconds)
+/// that cut it in pieces of about `unit_max_rows` (none when it fits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Series {
+    pub business_line: String,
+    pub model_name: String,
+    pub model_version: String,
+    pub rows: u64,
+    pub cuts: Vec<u32>,
+}
 
-    /// How many units a day of `rows` rows is planned in: the fewest of at
-    /// most `max_rows` rows each (at least one; `max_rows` 0 means one).
-    pub fn count(rows: u64, max_rows: u64) -> u32 {
+impl Series {
+    /// How many pieces a series of `rows` is cut in, at most `max_rows` each.
+    pub fn pieces(rows: u64, max_rows: u64) -> u32 {
         if max_rows == 0 {
             return 1;
         }
         u32::try_from(rows.div_ceil(max_rows)).unwrap_or(u32::MAX).max(1)
     }
 
-    /// Every unit of a day planned in `of`.
-    pub fn all(of: u32) -> impl Iterator<Item = Unit> {
-        (0..of.max(1)).map(move |index| Unit { index, of: of.max(1) })
+    fn key(&self) -> String {
+        format!(
+            "business_line = {} AND model_name = {} AND model_version = {}",
+            quote(&self.business_line),
+            quote(&self.model_name),
+            quote(&self.model_version)
+        )
+    }
+}
+
+/// A ClickHouse string literal.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+impl Unit {
+    /// The whole day as one unit (no condition on the rows).
+    pub fn whole_day() -> Unit {
+        Unit { index: 0, of: 1, condition: "1".into() }
     }
 
-    /// The unit's range of `cityHash64(request_id)`: `[lo, hi)`, `hi` none
-    /// for the last.
-    pub fn hash_range(self) -> (u64, Option<u64>) {
-        let bound = |i: u32| ((u128::from(i) << 64) / u128::from(self.of.max(1))) as u64;
-        (bound(self.index), (self.index + 1 < self.of).then(|| bound(self.index + 1)))
-    }
-
-    /// The condition on the hot table's rows, to follow `AND` (`1` for the
-    /// whole day, so a one-unit day is read as it always was).
-    pub fn condition(self) -> String {
-        if self.of <= 1 {
-            return "1".into();
+    /// The day's units: `series` (in key order) cut at their `cuts` and
+    /// packed, in that order, into units of at most `max_rows` rows (a
+    /// piece larger than that is a unit of its own). Sorted and deduplicated
+    /// cuts are assumed; one unit (the whole day) when everything fits.
+    pub fn plan(series: &[Series], max_rows: u64) -> Vec<Unit> {
+        let total: u64 = series.iter().map(|s| s.rows).sum();
+        if max_rows == 0 || total <= max_rows {
+            return vec![Unit::whole_day()];
         }
-        match self.hash_range() {
-            (lo, Some(hi)) => format!("cityHash64(request_id) >= {lo} AND cityHash64(request_id) < {hi}"),
-            (lo, None) => format!("cityHash64(request_id) >= {lo}"),
+        let mut units: Vec<(u64, Vec<String>)> = Vec::new();
+        for s in series {
+            let pieces = s.cuts.len() as u64 + 1;
+            for p in 0..=s.cuts.len() {
+                let rows = s.rows / pieces + u64::from((p as u64) < s.rows % pieces);
+                let mut condition = s.key();
+                if let Some(lo) = p.checked_sub(1).map(|i| s.cuts[i]) {
+                    condition += &format!(" AND event_time >= toDateTime({lo})");
+                }
+                if let Some(hi) = s.cuts.get(p) {
+                    condition += &format!(" AND event_time < toDateTime({hi})");
+                }
+                match units.last_mut() {
+                    Some((n, parts)) if *n + rows <= max_rows => {
+                        *n += rows;
+                        parts.push(condition);
+                    }
+                    _ => units.push((rows, vec![condition])),
+                }
+            }
         }
+        let of = units.len() as u32;
+        units
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, parts))| Unit { index: i as u32, of, condition: format!("(({}))", parts.join(") OR (")) })
+            .collect()
     }
 
-    /// Whether the unit holds a row whose `cityHash64(request_id)` is `hash`.
-    pub fn holds(self, hash: u64) -> bool {
-        match self.hash_range() {
-            (lo, Some(hi)) => lo <= hash && hash < hi,
-            (lo, None) => lo <= hash,
-        }
-    }
-
-    /// `i/n`, as logs and the catalog name it.
-    pub fn name(self) -> String {
+    /// `i/n`, as logs name it.
+    pub fn name(&self) -> String {
         format!("{}/{}", self.index, self.of)
     }
 }
@@ -71,29 +111,38 @@ impl Unit {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_day_is_cut_in_the_fewest_units_of_at_most_max_rows() {
-        assert_eq!(Unit::count(0, 100), 1);
-        assert_eq!(Unit::count(100, 100), 1);
-        assert_eq!(Unit::count(101, 100), 2);
-        assert_eq!(Unit::count(1_000_000, 125_000), 8);
-        assert_eq!(Unit::count(1_000_000, 0), 1, "0: one unit");
+    fn series(line: &str, rows: u64, cuts: &[u32]) -> Series {
+        Series { business_line: line.into(), model_name: "m".into(), model_version: "v".into(), rows, cuts: cuts.to_vec() }
     }
 
     #[test]
-    fn the_units_ranges_are_disjoint_and_cover_every_hash() {
-        for of in [1, 2, 3, 7, 8, 1000] {
-            let units: Vec<Unit> = Unit::all(of).collect();
-            assert_eq!(units[0].hash_range().0, 0);
-            for pair in units.windows(2) {
-                assert_eq!(pair[0].hash_range().1, Some(pair[1].hash_range().0), "adjacent ({of})");
-            }
-            assert_eq!(units.last().map(|u| u.hash_range().1), Some(None), "the last is open ({of})");
-            for hash in [0, 1, u64::MAX / 3, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
-                assert_eq!(units.iter().filter(|u| u.holds(hash)).count(), 1, "{hash} in one unit of {of}");
-            }
-        }
-        assert_eq!(Unit::WHOLE_DAY.condition(), "1");
-        assert_eq!(Unit { index: 1, of: 2 }.condition(), "cityHash64(request_id) >= 9223372036854775808");
+    fn a_day_that_fits_is_one_unit_without_a_condition() {
+        assert_eq!(Unit::plan(&[series("a", 50, &[]), series("b", 50, &[])], 100), vec![Unit::whole_day()]);
+        assert_eq!(Unit::plan(&[series("a", 500, &[])], 0), vec![Unit::whole_day()], "0: one unit");
+        assert_eq!(Series::pieces(1_000_000, 125_000), 8);
+        assert_eq!(Series::pieces(1, 125_000), 1);
+    }
+
+    #[test]
+    fn series_pack_in_key_order_and_a_large_one_is_cut_by_time() {
+        let units = Unit::plan(&[series("a", 40, &[]), series("b", 50, &[]), series("c", 270, &[100, 200]), series("d", 10, &[])], 100);
+        let conditions: Vec<&str> = units.iter().map(|u| u.condition.as_str()).collect();
+        let key = |l: &str| format!("business_line = '{l}' AND model_name = 'm' AND model_version = 'v'");
+        assert_eq!(
+            conditions,
+            [
+                format!("(({}) OR ({}))", key("a"), key("b")),
+                format!("(({} AND event_time < toDateTime(100)))", key("c")),
+                format!("(({} AND event_time >= toDateTime(100) AND event_time < toDateTime(200)))", key("c")),
+                format!("(({} AND event_time >= toDateTime(200)) OR ({}))", key("c"), key("d")),
+            ]
+        );
+        assert!(units.iter().enumerate().all(|(i, u)| u.index == i as u32 && u.of == 4));
+    }
+
+    #[test]
+    fn a_value_is_quoted_as_a_clickhouse_literal() {
+        let units = Unit::plan(&[series("it's\\", 200, &[]), series("b", 200, &[])], 100);
+        assert!(units[0].condition.starts_with("((business_line = 'it\\'s\\\\' AND"), "{}", units[0].condition);
     }
 }
