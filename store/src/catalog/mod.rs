@@ -371,19 +371,7 @@ impl Catalog {
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::postgres("read manifest"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(ManifestEntry {
-                    object_key: r.try_get("object_key").map_err(StoreError::postgres("decode manifest"))?,
-                    day: day_of(r.try_get("day").map_err(StoreError::postgres("decode manifest"))?),
-                    rows: r.try_get::<i64, _>("rows").map_err(StoreError::postgres("decode manifest"))? as u64,
-                    represented_rows: r.try_get::<i64, _>("represented_rows").map_err(StoreError::postgres("decode manifest"))? as u64,
-                    bytes: r.try_get::<i64, _>("bytes").map_err(StoreError::postgres("decode manifest"))? as u64,
-                    sha256: r.try_get("sha256").map_err(StoreError::postgres("decode manifest"))?,
-                    schema_version: r.try_get::<i32, _>("schema_version").map_err(StoreError::postgres("decode manifest"))? as u32,
-                })
-            })
-            .collect()
+        rows.iter().map(manifest_entry).collect()
     }
 
     /// Writes the audit row of a hot-partition drop and marks the day
@@ -458,6 +446,21 @@ async fn upsert_manifest_row<'e, E: Executor<'e, Database = Postgres>>(executor:
     .await
     .map_err(StoreError::postgres("write manifest row"))?;
     Ok(())
+}
+
+/// A manifest row (`cold_manifest`'s columns, or a unit's objects' in
+/// `compactor_unit_objects`, which has the same).
+fn manifest_entry(r: &sqlx::postgres::PgRow) -> Result<ManifestEntry, StoreError> {
+    let decode = |e| StoreError::postgres("decode manifest")(e);
+    Ok(ManifestEntry {
+        object_key: r.try_get("object_key").map_err(decode)?,
+        day: day_of(r.try_get("day").map_err(decode)?),
+        rows: r.try_get::<i64, _>("rows").map_err(decode)? as u64,
+        represented_rows: r.try_get::<i64, _>("represented_rows").map_err(decode)? as u64,
+        bytes: r.try_get::<i64, _>("bytes").map_err(decode)? as u64,
+        sha256: r.try_get("sha256").map_err(decode)?,
+        schema_version: r.try_get::<i32, _>("schema_version").map_err(decode)? as u32,
+    })
 }
 
 fn day_record(r: &sqlx::postgres::PgRow) -> Result<DayRecord, StoreError> {

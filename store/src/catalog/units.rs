@@ -67,12 +67,12 @@ impl Catalog {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::postgres("replace a day's units"))?;
-        let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM compactor_units WHERE day = $1")
+        let existing: Option<i32> = sqlx::query_scalar("SELECT units FROM compactor_units WHERE day = $1 LIMIT 1")
             .bind(date_of(day))
-            .fetch_one(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(StoreError::postgres("read a day's plan"))?;
-        if existing == 0 {
+        if existing.is_none() {
             for u in units {
                 sqlx::query("INSERT INTO compactor_units (day, unit, units, fingerprint, read_mode, condition) VALUES ($1, $2, $3, $4, $5, $6)")
                     .bind(date_of(day))
@@ -86,13 +86,8 @@ impl Catalog {
                     .map_err(StoreError::postgres("plan a day's units"))?;
             }
         }
-        let planned: i32 = sqlx::query_scalar("SELECT units FROM compactor_units WHERE day = $1 LIMIT 1")
-            .bind(date_of(day))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(StoreError::postgres("read a day's plan"))?;
         tx.commit().await.map_err(StoreError::postgres("commit a day's plan"))?;
-        Ok(planned as u32)
+        Ok(existing.map_or(units.len() as u32, |n| n as u32))
     }
 
     /// A pending unit of `day` no other worker holds, claimed (see
@@ -138,38 +133,11 @@ impl Catalog {
         })
     }
 
-    /// The objects of every verified unit of `day`, in key order.
-    pub async fn unit_objects(&self, day: Day) -> Result<Vec<ManifestEntry>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT object_key, rows, represented_rows, bytes, sha256, schema_version FROM compactor_unit_objects \
-             WHERE day = $1 ORDER BY object_key",
-        )
-        .bind(date_of(day))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::postgres("read a day's unit objects"))?;
-        let decode = |e| StoreError::postgres("decode a unit object")(e);
-        rows.iter()
-            .map(|r| {
-                Ok(ManifestEntry {
-                    object_key: r.try_get("object_key").map_err(decode)?,
-                    day,
-                    rows: r.try_get::<i64, _>("rows").map_err(decode)? as u64,
-                    represented_rows: r.try_get::<i64, _>("represented_rows").map_err(decode)? as u64,
-                    bytes: r.try_get::<i64, _>("bytes").map_err(decode)? as u64,
-                    sha256: r.try_get("sha256").map_err(decode)?,
-                    schema_version: r.try_get::<i32, _>("schema_version").map_err(decode)? as u32,
-                })
-            })
-            .collect()
-    }
-
     /// Once every unit of `day`'s plan for `fp` is verified: replaces the
     /// day's manifest with the units' objects, marks the day verified and
     /// forgets the plan, in one transaction. Returns the objects; an error
     /// if the plan is not complete (or is for other rows).
     pub async fn record_units_verified(&self, day: Day, fp: &DayFingerprint) -> Result<Vec<ManifestEntry>, StoreError> {
-        let entries = self.unit_objects(day).await?;
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
         // The plan's rows, locked: no claim of them is open (each is verified).
         let open: i64 = sqlx::query_scalar(
@@ -191,11 +159,7 @@ impl Catalog {
             .await
             .map_err(StoreError::postgres("check a day's units"))?;
         if held as u64 != fp.rows {
-            sqlx::query("DELETE FROM compactor_units WHERE day = $1")
-                .bind(date_of(day))
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::postgres("forget a day's units"))?;
+            forget_plan(&mut *tx, day).await?;
             tx.commit().await.map_err(StoreError::postgres("commit"))?;
             return Err(StoreError::Unconfirmed(format!(
                 "the units of {} hold {held} rows, the day {}: planned again on the next pass",
@@ -203,12 +167,19 @@ impl Catalog {
                 fp.rows
             )));
         }
+        let entries: Vec<ManifestEntry> = sqlx::query(
+            "SELECT object_key, day, rows, represented_rows, bytes, sha256, schema_version FROM compactor_unit_objects \
+             WHERE day = $1 ORDER BY object_key",
+        )
+        .bind(date_of(day))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::postgres("read a day's unit objects"))?
+        .iter()
+        .map(super::manifest_entry)
+        .collect::<Result<_, _>>()?;
         super::replace_manifest(&mut tx, day, fp, &entries).await?;
-        sqlx::query("DELETE FROM compactor_units WHERE day = $1")
-            .bind(date_of(day))
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::postgres("forget a day's units"))?;
+        forget_plan(&mut *tx, day).await?;
         tx.commit().await.map_err(StoreError::postgres("commit manifest"))?;
         Ok(entries)
     }
@@ -217,12 +188,7 @@ impl Catalog {
     /// the objects): once the day's manifest holds them, or when the day
     /// is archived whole again.
     pub async fn forget_units(&self, day: Day) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM compactor_units WHERE day = $1")
-            .bind(date_of(day))
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::postgres("forget a day's units"))?;
-        Ok(())
+        forget_plan(&self.pool, day).await
     }
 }
 
@@ -264,4 +230,14 @@ impl UnitClaim {
             .map_err(StoreError::postgres("record a unit verified"))?;
         self.tx.commit().await.map_err(StoreError::postgres("commit a unit"))
     }
+}
+
+/// Deletes `day`'s plan: its units and, by cascade, their objects' records.
+async fn forget_plan<'e, E: sqlx::Executor<'e, Database = Postgres>>(executor: E, day: Day) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM compactor_units WHERE day = $1")
+        .bind(date_of(day))
+        .execute(executor)
+        .await
+        .map_err(StoreError::postgres("forget a day's units"))?;
+    Ok(())
 }
