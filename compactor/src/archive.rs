@@ -24,7 +24,7 @@ use clickhouse::query::RowCursor;
 use futures_util::future::BoxFuture;
 use inferlog_schema::SCHEMA_VERSION;
 use inferlog_store::cold::ColdStore;
-use inferlog_store::hot::{HotTier, ReadMode};
+use inferlog_store::hot::{HotTier, ReadMode, UnitSource};
 use inferlog_store::model::archive::{archive_schema, column_encodings, BatchBuilder, BATCH_ROWS};
 use inferlog_store::model::fold::DayFold;
 use inferlog_store::model::sample::{Planner, Reason, Rule, Selector, Summary};
@@ -213,33 +213,49 @@ impl Archiver {
         sink: S,
         sampling: Option<&Rule>,
     ) -> Result<(Vec<WrittenObject>, S, Option<Sampled>), CompactorError> {
+        let read = self.whole(day, mode);
         let selecting = match sampling {
-            Some(rule) => Some(self.plan(day, mode, rule).await?),
+            Some(rule) => Some(self.plan(&read, rule).await?),
             None => None,
         };
-        self.archive_as(day, mode, Unit::whole_day(), sink, selecting, |part| self.cold.object_key(day, part)).await
+        self.archive_as(read, sink, selecting, |part| self.cold.object_key(day, part)).await
     }
 
-    /// Writes the rows of `unit` of `day` (a day archived in units, never
-    /// sampled) as `unit-UUUU-of-NNNN-part-KKKK` objects of at most
-    /// `object_max_rows` rows each, in the day's order; the same rows make
-    /// the same objects, so a unit written again replaces its objects.
-    pub async fn archive_unit(&self, day: Day, mode: ReadMode, unit: &Unit) -> Result<Vec<WrittenObject>, CompactorError> {
-        let (written, (), _) = self.archive_as(day, mode, unit.clone(), (), None, |part| self.cold.unit_object_key(day, unit, part)).await?;
-        Ok(written)
+    /// Writes the rows of `unit` of `day` (those `sampling` keeps, if
+    /// given: a sampled day's units hold whole strata) as
+    /// `unit-UUUU-of-NNNN-part-KKKK` objects of at most `object_max_rows`
+    /// rows each, in the day's order; the same rows make the same objects,
+    /// so a unit written again replaces its objects. The rows are read from
+    /// `source` (on a cluster, the unit's shard on a replica that confirmed
+    /// them).
+    pub async fn archive_unit(
+        &self,
+        (day, mode): (Day, ReadMode),
+        unit: &Unit,
+        source: UnitSource,
+        sampling: Option<&Rule>,
+    ) -> Result<(Vec<WrittenObject>, Option<Sampled>), CompactorError> {
+        let read = Read { day, mode, unit: unit.clone(), source };
+        let selecting = match sampling {
+            Some(rule) => Some(self.plan(&read, rule).await?),
+            None => None,
+        };
+        let (written, (), sampled) = self.archive_as(read, (), selecting, |part| self.cold.unit_object_key(day, unit, part)).await?;
+        Ok((written, sampled))
     }
 
-    /// First pass of a sampled archive: each stratum's counts.
-    async fn plan(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Selecting, CompactorError> {
-        let planner = self.fold_day(day, mode, Planner::new(rule.clone())).await?;
+    /// First pass of a sampled archive: each stratum's counts over `read`.
+    async fn plan(&self, read: &Read, rule: &Rule) -> Result<Selecting, CompactorError> {
+        let planner = self.fold(read, Planner::new(rule.clone())).await?;
         Ok(Selecting { selector: planner.finish(), kept: ReadBack::default() })
     }
 
     /// What archiving `day` with `rule` keeps, without writing anything
     /// (to verify objects a killed run wrote).
     pub async fn selected(&self, day: Day, mode: ReadMode, rule: &Rule) -> Result<Sampled, CompactorError> {
-        let selecting = self.plan(day, mode, rule).await?;
-        self.fold_day(day, mode, selecting).await?.finish(day)
+        let read = self.whole(day, mode);
+        let selecting = self.plan(&read, rule).await?;
+        self.fold(&read, selecting).await?.finish(day)
     }
 
     /// Writes the rows a released day holds again (rows that arrived after
@@ -247,21 +263,25 @@ impl Archiver {
     /// archive; the same `tag` (of the same rows) names the same objects.
     pub async fn archive_supplement(&self, day: Day, mode: ReadMode, tag: &str) -> Result<Vec<WrittenObject>, CompactorError> {
         // Late rows are few: kept whole, whatever the sampling.
-        let (written, (), _) = self.archive_as(day, mode, Unit::whole_day(), (), None, |part| self.cold.supplement_key(day, tag, part)).await?;
+        let (written, (), _) = self.archive_as(self.whole(day, mode), (), None, |part| self.cold.supplement_key(day, tag, part)).await?;
         Ok(written)
+    }
+
+    /// The whole of `day`, read as the hot tier's table names it.
+    fn whole(&self, day: Day, mode: ReadMode) -> Read {
+        Read { day, mode, unit: Unit::whole_day(), source: self.hot.source() }
     }
 
     async fn archive_as<S: RowSink>(
         &self,
-        day: Day,
-        mode: ReadMode,
-        unit: Unit,
+        read: Read,
         sink: S,
         selecting: Option<Selecting>,
         key: impl Fn(u32) -> String,
     ) -> Result<(Vec<WrittenObject>, S, Option<Sampled>), CompactorError> {
+        let day = read.day;
         let (tx, mut rx) = mpsc::channel::<RecordBatch>(2);
-        let reader = tokio::spawn(read_day(self.hot.clone(), (day, mode, unit), self.sort_memory_bytes, tx, sink, selecting));
+        let reader = tokio::spawn(read_day(self.hot.clone(), read, self.sort_memory_bytes, tx, sink, selecting));
         let mut written = Vec::new();
         let mut current: Option<OpenObject> = None;
         let max_rows = self.config.object_max_rows;
@@ -316,8 +336,13 @@ impl Archiver {
 
     /// Streams the day's rows as [`Archiver::archive_day`] reads them into
     /// `sink` only (for a day an earlier run archived).
-    pub async fn fold_day<S: RowSink>(&self, day: Day, mode: ReadMode, mut sink: S) -> Result<S, CompactorError> {
-        let mut cursor = day_rows(&self.hot, day, mode, &Unit::whole_day(), self.sort_memory_bytes)?;
+    pub async fn fold_day<S: RowSink>(&self, day: Day, mode: ReadMode, sink: S) -> Result<S, CompactorError> {
+        self.fold(&self.whole(day, mode), sink).await
+    }
+
+    /// Streams the rows of `read` into `sink` only.
+    async fn fold<S: RowSink>(&self, read: &Read, mut sink: S) -> Result<S, CompactorError> {
+        let mut cursor = day_rows(&self.hot, read, self.sort_memory_bytes)?;
         while let Some(row) = cursor.next().await.map_err(self.hot.error("archive read"))? {
             sink.row(&row);
         }
@@ -325,30 +350,37 @@ impl Archiver {
     }
 }
 
-/// The day's rows (those of `unit`) in sort-key order (so the same rows
-/// make the same objects), producer retries collapsed: a day merged into
-/// one part is read as is by one thread, which is in key order; otherwise
-/// it is read with `FINAL` and sorted.
-fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, unit: &Unit, sort_memory_bytes: u64) -> Result<RowCursor<StoredRow<'static>>, CompactorError> {
+/// What one read of the hot tier covers: a day (or a unit of it), how it
+/// is read, and from where.
+#[derive(Debug, Clone)]
+struct Read {
+    day: Day,
+    mode: ReadMode,
+    unit: Unit,
+    source: UnitSource,
+}
+
+/// The day's rows (those of the read's unit, from its source) in sort-key
+/// order (so the same rows make the same objects), producer retries
+/// collapsed: a day merged into one part is read as is by one thread,
+/// which is in key order; otherwise it is read with `FINAL` and sorted.
+fn day_rows(hot: &HotTier, read: &Read, sort_memory_bytes: u64) -> Result<RowCursor<StoredRow<'static>>, CompactorError> {
+    let Read { day, mode, unit, source } = read;
+    let mode = *mode;
     // The table's own order, then the Kafka coordinates: what one merged part holds.
     let order = match mode {
         ReadMode::OnePart => String::new(),
         ReadMode::Final => format!("ORDER BY {}, kafka_topic, kafka_partition, kafka_offset", HOT.order_by),
     };
-    let sql = format!(
-        "SELECT {} FROM {} {} WHERE day = toDate(?) AND {} {order}",
-        StoredRow::select_list(),
-        hot.qualified(),
-        mode.modifier(),
-        unit.condition
-    );
-    Ok(hot
-        .client()
+    let sql =
+        format!("SELECT {} FROM {} {} WHERE day = toDate(?) AND {} {order}", StoredRow::select_list(), source.table, mode.modifier(), unit.condition);
+    Ok(source
+        .client
         .clone()
         .with_setting("max_bytes_before_external_sort", sort_memory_bytes.to_string())
         .with_setting("max_threads", if mode == ReadMode::OnePart { "1" } else { "0" })
         .query(&sql)
-        .bind(inferlog_store::day_string(day))
+        .bind(inferlog_store::day_string(*day))
         .fetch::<StoredRow<'_>>()
         .map_err(hot.error("archive read"))?)
 }
@@ -358,13 +390,14 @@ fn day_rows(hot: &HotTier, day: Day, mode: ReadMode, unit: &Unit, sort_memory_by
 /// rows it batched, the sink and the sampling.
 async fn read_day<S: RowSink>(
     hot: HotTier,
-    (day, mode, unit): (Day, ReadMode, Unit),
+    read: Read,
     sort_memory_bytes: u64,
     tx: mpsc::Sender<RecordBatch>,
     mut sink: S,
     mut selecting: Option<Selecting>,
 ) -> Result<(u64, S, Option<Selecting>), CompactorError> {
-    let mut cursor = day_rows(&hot, day, mode, &unit, sort_memory_bytes)?;
+    let mut cursor = day_rows(&hot, &read, sort_memory_bytes)?;
+    let day = read.day;
     let schema = archive_schema();
     let mut builder = BatchBuilder::new(schema);
     let mut total = 0u64;

@@ -155,15 +155,17 @@ impl DayWork {
         // counting the aggregates' histograms, hours and errors on the way.
         let mut folded: Option<DayFold> = None;
         let mut expected = Expected::all(&fp);
-        let in_units = !self.sampling.enabled && self.units.splits(fp.rows);
+        let in_units = self.units.splits(fp.rows);
         if (state.is_none() || state == Some(DayState::Archiving)) && in_units {
             // A large day: archived and verified in units, by this compactor
             // and any other that helps (crate::units), while this one also
             // reads the day for the aggregates' fold.
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
+            // Recorded (or forgotten) before the plan: every unit reads it.
+            let sampled = self.sampling_rule(day).await?.is_some();
             let fold = self.archiver.fold_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() }));
-            let (entries, fold) = tokio::try_join!(self.units.archive_day(day, &fp, mode), fold)?;
+            let (entries, fold) = tokio::try_join!(self.units.archive_day(day, &fp, mode, sampled), fold)?;
             let now = self.hot.fingerprint(day, mode).await?;
             if now != fp {
                 return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });

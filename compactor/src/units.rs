@@ -5,6 +5,12 @@
 //! of the unit's rows, recorded per unit, then moved into the day's
 //! manifest with the day's `verified` state in one transaction.
 //!
+//! On a cluster the day is planned per shard: each unit holds one shard's
+//! rows and is read from that shard's local table on a replica whose
+//! fingerprint of the unit agreed with the shard's read quorum, so a
+//! replica that is down (or behind) is never read, and the shards' units
+//! are read from their own servers in parallel.
+//!
 //! Units come from the catalog ([`inferlog_store::catalog::UnitClaim`]):
 //! the planner and every compactor that finds the day's lock taken claim
 //! pending units until none is left; a compactor that dies mid-unit frees
@@ -58,10 +64,14 @@ impl UnitWorker {
     /// until none is left to claim, waits (up to `wait`) for those others
     /// hold, taking any a dead worker freed, and records the day verified
     /// with every unit's objects. Returns the day's manifest entries.
-    pub async fn archive_day(&self, day: Day, fp: &DayFingerprint, mode: ReadMode) -> Result<Vec<ManifestEntry>, CompactorError> {
+    /// A `sampled` day (its rule recorded first) is cut at whole hours.
+    pub async fn archive_day(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, sampled: bool) -> Result<Vec<ManifestEntry>, CompactorError> {
         let name = inferlog_store::day_string(day);
-        let series = self.hot.day_series(day, mode, self.max_rows).await?;
-        let planned = self.catalog.plan_units(day, fp, mode, &Unit::plan(&series, self.max_rows)).await?;
+        let mut series = self.hot.day_series(day, mode, self.max_rows).await?;
+        if sampled {
+            series.iter_mut().flat_map(|s| s.series.iter_mut()).for_each(|s| s.align_cuts(3_600));
+        }
+        let planned = self.catalog.plan_units(day, fp, mode, sampled, &Unit::plan_shards(&series, self.max_rows)).await?;
         tracing::info!(day = %name, units = planned, rows = fp.rows, "day planned in units");
         let deadline = Instant::now() + self.wait;
         let mut pause = Duration::from_millis(100);
@@ -90,15 +100,31 @@ impl UnitWorker {
             let (unit, mode) = (claim.unit.clone(), claim.mode);
             let name = inferlog_store::day_string(day);
             let started = Instant::now();
-            let fp = self.hot.unit_fingerprint(day, mode, &unit).await?;
-            let written = self.archiver.archive_unit(day, mode, &unit).await?;
+            let rule = match claim.sampled {
+                true => Some(self.catalog.sampling_rule(day).await?.ok_or_else(|| CompactorError::Archive {
+                    day: name.clone(),
+                    message: "planned sampled, but no sampling rule is recorded for the day".into(),
+                })?),
+                false => None,
+            };
+            let (fp, source) = self.hot.confirm_unit(day, mode, &unit).await?;
+            let replica = source.replica.clone().unwrap_or_default();
+            let (written, sampled) = self.archiver.archive_unit((day, mode), &unit, source, rule.as_ref()).await?;
             for o in &written {
                 metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
             }
             inferlog_store::test_hooks::pause_point(PAUSE_ENV, "unit-written").await;
             // Reading the objects back and asking ClickHouse for the unit's
             // fingerprint now are independent: both at once.
-            let expected = Expected::all(&fp);
+            let expected = match &sampled {
+                Some(sampled) => {
+                    for (line, reason, rows, represented) in sampled.summary.entries() {
+                        metrics::sample_kept(&self.metrics, &name, line, reason.as_str(), rows, represented);
+                    }
+                    Expected::sampled(&sampled.kept, fp.rows)
+                }
+                None => Expected::all(&fp),
+            };
             let (now, verified) = tokio::join!(self.hot.unit_fingerprint(day, mode, &unit), verify_day(&self.cold, day, &written, &expected));
             let now = now?;
             if now != fp {
@@ -113,7 +139,7 @@ impl UnitWorker {
             })?;
             claim.verified(&self.name, fp.rows, &entries).await?;
             metrics::stage_finished(&self.metrics, &name, "unit", fp.rows, started.elapsed());
-            tracing::info!(day = %name, unit = %unit.name(), rows = fp.rows, objects = entries.len(), "unit verified");
+            tracing::info!(day = %name, unit = %unit.name(), %replica, rows = fp.rows, objects = entries.len(), "unit verified");
             done += 1;
         }
         Ok(done)

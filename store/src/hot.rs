@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::config::ClickHouseConfig;
 use crate::error::StoreError;
-use crate::model::unit::{Series, Unit};
+use crate::model::unit::{Series, ShardSeries, Unit};
 use crate::Day;
 
 /// How a day's rows are read so that producer retries count once.
@@ -137,6 +137,21 @@ impl std::fmt::Debug for Replica {
     }
 }
 
+/// Where a unit's rows are read: a client and the table it names (on a
+/// cluster, a shard's local table on one replica, named by `replica`).
+#[derive(Clone)]
+pub struct UnitSource {
+    pub client: Client,
+    pub table: String,
+    pub replica: Option<String>,
+}
+
+impl std::fmt::Debug for UnitSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnitSource").field("table", &self.table).field("replica", &self.replica).finish_non_exhaustive()
+    }
+}
+
 /// One replica's day partitions of a table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicaPartitions {
@@ -226,8 +241,11 @@ impl HotTier {
     /// Drops one day partition of `table` (nothing to drop succeeds). On
     /// a cluster, on every replica, then confirmed on each: a replica that
     /// still holds the day, or that does not answer, is an error naming it
-    /// (transient: the drop is queued for it and is repeated).
+    /// (transient: the drop is repeated on the next pass).
     async fn drop_day_of(&self, table: &str, day: Day, operation: &'static str) -> Result<(), StoreError> {
+        // Every replica must answer before the drop: an `ALTER … ON CLUSTER`
+        // would wait for one that is down (up to the server's DDL timeout).
+        self.replica_partitions(table).await?;
         let sql = format!("ALTER TABLE {} DROP PARTITION ?", self.target(table));
         self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error(operation))?;
         for replica in self.replica_partitions(table).await? {
@@ -289,18 +307,40 @@ impl HotTier {
 
     /// On a cluster, merged over the replicas: a day's rows are the sum
     /// over the shards of the most any of the shard's replicas holds.
+    /// Replicas that do not answer are left out while each shard keeps its
+    /// read quorum (a compactor works on with a replica down; what it
+    /// reads is confirmed by the fingerprints, and a release waits for
+    /// every replica); fewer is an error naming them.
     async fn partitions_of(&self, table: &str) -> Result<Vec<HotPartition>, StoreError> {
-        if self.cluster.is_none() {
+        let Some(cluster) = &self.cluster else {
             return self.partitions_on(&self.client, table).await;
-        }
+        };
+        let local = crate::model::tables::local_table(table);
+        let answers = futures_util::future::join_all(cluster.replicas.iter().map(|r| self.partitions_on(&r.client, &local))).await;
         let mut days: std::collections::BTreeMap<Day, std::collections::BTreeMap<usize, HotPartition>> = Default::default();
-        for replica in self.replica_partitions(table).await? {
-            for p in replica.partitions {
+        let mut answered = vec![0usize; cluster.read_quorum.len()];
+        let mut silent = Vec::new();
+        for (replica, answer) in cluster.replicas.iter().zip(answers) {
+            let partitions = match answer {
+                Ok(p) => p,
+                Err(e) => {
+                    silent.push(format!("replica {} (shard {}): {e}", replica.url, replica.shard + 1));
+                    continue;
+                }
+            };
+            answered[replica.shard] += 1;
+            for p in partitions {
                 let shard = days.entry(p.day).or_default().entry(replica.shard).or_insert_with(|| HotPartition { day: p.day, rows: 0, bytes: 0 });
                 if p.rows > shard.rows {
                     *shard = p;
                 }
             }
+        }
+        if answered.iter().zip(&cluster.read_quorum).any(|(a, needed)| a < needed) {
+            return Err(StoreError::Unconfirmed(silent.join("; ")));
+        }
+        if !silent.is_empty() {
+            tracing::warn!(table = %local, replicas = %silent.join("; "), "replicas not answering: listed from the others");
         }
         Ok(days
             .into_iter()
@@ -335,8 +375,8 @@ impl HotTier {
     }
 
     /// Active parts of one day's partition; on a cluster, the most any
-    /// replica holds.
-    pub async fn parts(&self, day: Day) -> Result<u64, StoreError> {
+    /// replica that answers holds, and whether every replica answered.
+    pub async fn parts(&self, day: Day) -> Result<(u64, bool), StoreError> {
         let sql = "SELECT count() AS n FROM system.parts WHERE database = ? AND table = ? AND active AND partition_id = ?";
         let id = crate::day_string(day).replace('-', "");
         let Some(cluster) = &self.cluster else {
@@ -349,15 +389,20 @@ impl HotTier {
                 .fetch_one::<Count>()
                 .await
                 .map_err(self.error("part count"))?;
-            return Ok(row.n);
+            return Ok((row.n, true));
         };
         let local = crate::model::tables::local_table(&self.table);
-        let mut most = 0;
+        let (mut most, mut answered, mut last_error) = (0, 0, None);
         for r in &cluster.replicas {
-            let row = r.client.query(sql).bind(&self.database).bind(&local).bind(&id).fetch_one::<Count>().await.map_err(self.error("part count"))?;
-            most = most.max(row.n);
+            match r.client.query(sql).bind(&self.database).bind(&local).bind(&id).fetch_one::<Count>().await {
+                Ok(row) => (most, answered) = (most.max(row.n), answered + 1),
+                Err(e) => last_error = Some(e),
+            }
         }
-        Ok(most)
+        match last_error {
+            Some(e) if answered == 0 => Err(self.error("part count")(e)),
+            _ => Ok((most, answered == cluster.replicas.len())),
+        }
     }
 
     /// Merges a closed day into one part, collapsing producer retries
@@ -365,12 +410,16 @@ impl HotTier {
     /// order, single-threaded, at full speed. Returns how it must be read:
     /// [`ReadMode::Final`] if it is still in several parts (a merge was
     /// already running, or rows arrived meanwhile).
+    /// On a cluster with a replica not answering, nothing is merged (an
+    /// `OPTIMIZE … ON CLUSTER` would wait for it): a day in several parts
+    /// is read with `FINAL`.
     pub async fn settle_day(&self, day: Day) -> Result<ReadMode, StoreError> {
-        if self.parts(day).await? > 1 {
+        let (parts, all) = self.parts(day).await?;
+        if parts > 1 && all {
             let sql = format!("OPTIMIZE TABLE {} PARTITION ? FINAL", self.target(&self.table));
             self.client.query(&sql).bind(crate::day_string(day)).execute().await.map_err(self.error("optimize partition"))?;
         }
-        Ok(if self.parts(day).await? > 1 { ReadMode::Final } else { ReadMode::OnePart })
+        Ok(if self.parts(day).await?.0 > 1 { ReadMode::Final } else { ReadMode::OnePart })
     }
 
     /// The fingerprint of one day's rows (read as `mode` says: after
@@ -389,8 +438,37 @@ impl HotTier {
     /// The day's series (business line × model × version, in key order)
     /// and their rows, each larger than `max_rows` with the times that cut
     /// it in pieces of about that many (approximate quantiles of its
-    /// `event_time`: any cut keeps the pieces disjoint and complete).
-    pub async fn day_series(&self, day: Day, mode: ReadMode, max_rows: u64) -> Result<Vec<Series>, StoreError> {
+    /// `event_time`: any cut keeps the pieces disjoint and complete). On a
+    /// cluster, per shard, from the first of its replicas that answers
+    /// (the plan only sizes units: rows it missed fail the plan's check).
+    pub async fn day_series(&self, day: Day, mode: ReadMode, max_rows: u64) -> Result<Vec<ShardSeries>, StoreError> {
+        let Some(cluster) = &self.cluster else {
+            let series = self.series_on(&self.client, &self.qualified(), day, mode, max_rows).await?;
+            return Ok(vec![ShardSeries { shard: None, series }]);
+        };
+        let local = self.local();
+        let mut out = Vec::with_capacity(cluster.read_quorum.len());
+        for shard in 0..cluster.read_quorum.len() {
+            let mut silent = Vec::new();
+            let mut series = None;
+            for r in cluster.replicas.iter().filter(|r| r.shard == shard) {
+                match self.series_on(&r.client, &local, day, mode, max_rows).await {
+                    Ok(s) => {
+                        series = Some(s);
+                        break;
+                    }
+                    Err(e) => silent.push(format!("{} ({e})", r.url)),
+                }
+            }
+            let Some(series) = series else {
+                return Err(StoreError::Unconfirmed(format!("{local}: no replica of shard {} answered: {}", shard + 1, silent.join(", "))));
+            };
+            out.push(ShardSeries { shard: Some(shard as u32), series });
+        }
+        Ok(out)
+    }
+
+    async fn series_on(&self, client: &Client, table: &str, day: Day, mode: ReadMode, max_rows: u64) -> Result<Vec<Series>, StoreError> {
         #[derive(clickhouse::Row, serde::Deserialize)]
         struct Counted {
             business_line: String,
@@ -398,17 +476,17 @@ impl HotTier {
             model_version: String,
             rows: u64,
         }
-        let table = self.qualified();
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Cuts {
+            cuts: Vec<u32>,
+        }
         let sql = format!(
             "SELECT business_line, model_name, model_version, count() AS rows FROM {table} {} WHERE day = toDate(?) \
              GROUP BY business_line, model_name, model_version ORDER BY business_line, model_name, model_version",
             mode.modifier()
         );
-        #[derive(clickhouse::Row, serde::Deserialize)]
-        struct Cuts {
-            cuts: Vec<u32>,
-        }
-        let counted = self.client.query(&sql).bind(crate::day_string(day)).fetch_all::<Counted>().await.map_err(self.error("day series"))?;
+        let counted =
+            client.query(&sql).bind(crate::day_string(day)).fetch_all::<Counted>().await.map_err(StoreError::clickhouse("day series", table))?;
         let mut series = Vec::with_capacity(counted.len());
         for c in counted {
             let mut s =
@@ -422,8 +500,7 @@ impl HotTier {
                     levels.join(", "),
                     mode.modifier()
                 );
-                let mut cuts: Vec<u32> = self
-                    .client
+                let mut cuts: Vec<u32> = client
                     .query(&sql)
                     .bind(crate::day_string(day))
                     .bind(&s.business_line)
@@ -431,7 +508,7 @@ impl HotTier {
                     .bind(&s.model_version)
                     .fetch_one::<Cuts>()
                     .await
-                    .map_err(self.error("day series cuts"))?
+                    .map_err(StoreError::clickhouse("day series cuts", table))?
                     .cuts;
                 cuts.sort_unstable();
                 cuts.dedup();
@@ -445,17 +522,29 @@ impl HotTier {
     /// The fingerprint of one unit of a day's rows ([`Unit::condition`]),
     /// as [`HotTier::fingerprint`] computes the day's.
     pub async fn unit_fingerprint(&self, day: Day, mode: ReadMode, unit: &Unit) -> Result<DayFingerprint, StoreError> {
+        Ok(self.confirm_unit(day, mode, unit).await?.0)
+    }
+
+    /// The fingerprint of `unit`'s rows, and where to read them: on one
+    /// server (or for a unit of no shard) the table as the fingerprint
+    /// names it; on a cluster, for a unit of one shard, that shard's local
+    /// table on a replica whose fingerprint agreed (the unit's index picks
+    /// among them, so units spread over a shard's replicas).
+    pub async fn confirm_unit(&self, day: Day, mode: ReadMode, unit: &Unit) -> Result<(DayFingerprint, UnitSource), StoreError> {
         let Some(cluster) = &self.cluster else {
-            return self.fingerprint_on(&self.client, &self.qualified(), day, mode, unit).await;
+            let fp = self.fingerprint_on(&self.client, &self.qualified(), day, mode, unit).await?;
+            return Ok((fp, self.source()));
         };
-        let local = format!("{}.{}", self.database, crate::model::tables::local_table(&self.table));
-        let answers = futures_util::future::join_all(cluster.replicas.iter().map(|r| self.fingerprint_on(&r.client, &local, day, mode, unit))).await;
+        let local = self.local();
+        let asked: Vec<&Replica> = cluster.replicas.iter().filter(|r| unit.shard.is_none_or(|s| r.shard == s as usize)).collect();
+        let answers = futures_util::future::join_all(asked.iter().map(|r| self.fingerprint_on(&r.client, &local, day, mode, unit))).await;
         let mut total = DayFingerprint::EMPTY;
-        for (shard, &needed) in cluster.read_quorum.iter().enumerate() {
+        let mut agreeing = Vec::new();
+        for (shard, &needed) in cluster.read_quorum.iter().enumerate().filter(|(s, _)| unit.shard.is_none_or(|u| *s == u as usize)) {
             let mut agreed: Option<(&str, DayFingerprint)> = None;
-            let mut answered = 0;
+            let mut answered = Vec::new();
             let mut silent = Vec::new();
-            for (r, answer) in cluster.replicas.iter().zip(&answers).filter(|(r, _)| r.shard == shard) {
+            for (r, answer) in asked.iter().zip(&answers).filter(|(r, _)| r.shard == shard) {
                 let fp = match answer {
                     Ok(fp) => *fp,
                     Err(e) => {
@@ -463,7 +552,7 @@ impl HotTier {
                         continue;
                     }
                 };
-                answered += 1;
+                answered.push(*r);
                 match agreed {
                     None => agreed = Some((&r.url, fp)),
                     Some((first, other)) if other != fp => {
@@ -479,9 +568,10 @@ impl HotTier {
                     Some(_) => {}
                 }
             }
-            if answered < needed {
+            if answered.len() < needed {
                 return Err(StoreError::Unconfirmed(format!(
-                    "{local}: {answered} replicas of shard {} answered for {}, {needed} needed: {}",
+                    "{local}: {} replicas of shard {} answered for {}, {needed} needed: {}",
+                    answered.len(),
                     shard + 1,
                     crate::day_string(day),
                     silent.join(", ")
@@ -490,8 +580,27 @@ impl HotTier {
             let fp = agreed.map_or(DayFingerprint::EMPTY, |(_, fp)| fp);
             tracing::debug!(table = %local, shard = shard + 1, day = %crate::day_string(day), fingerprint = %fp.encode(), "shard fingerprint");
             total = total.plus(&fp);
+            agreeing = answered;
         }
-        Ok(total)
+        let source = match (unit.shard, agreeing.is_empty()) {
+            (Some(_), false) => {
+                let r = agreeing[unit.index as usize % agreeing.len()];
+                UnitSource { client: r.client.clone(), table: local, replica: Some(r.url.clone()) }
+            }
+            _ => self.source(),
+        };
+        Ok((total, source))
+    }
+
+    /// Where a day read as a whole comes from: the table at `url` (on a
+    /// cluster, the `Distributed` table).
+    pub fn source(&self) -> UnitSource {
+        UnitSource { client: self.client.clone(), table: self.qualified(), replica: None }
+    }
+
+    /// `database.<table>_local`, a shard's own table on a cluster.
+    fn local(&self) -> String {
+        format!("{}.{}", self.database, crate::model::tables::local_table(&self.table))
     }
 
     async fn fingerprint_on(&self, client: &Client, table: &str, day: Day, mode: ReadMode, unit: &Unit) -> Result<DayFingerprint, StoreError> {

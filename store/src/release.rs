@@ -97,7 +97,7 @@ pub async fn release_day<G: Future<Output = ()>, F: Future<Output = ()>>(
     if !matches!(record.state, DayState::Aggregated | DayState::Releasing) {
         return Ok(Release::Refused(Refusal::NotArchived { state: Some(record.state) }));
     }
-    let mode = if hot.parts(day).await? > 1 { ReadMode::Final } else { ReadMode::OnePart };
+    let mode = if hot.parts(day).await?.0 > 1 { ReadMode::Final } else { ReadMode::OnePart };
     let now = hot.fingerprint(day, mode).await?;
     // No rows left means an earlier drop happened and only its bookkeeping is missing.
     if now.rows > 0 && now.encode() != record.fingerprint {

@@ -19,6 +19,7 @@ use inferlog_schema::ReasonCode;
 use sha2::{Digest, Sha256};
 
 pub mod boards;
+pub mod expected;
 pub mod faults;
 pub mod otlp;
 pub mod pipeline;

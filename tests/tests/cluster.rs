@@ -628,3 +628,79 @@ fn a_day_is_archived_only_once_the_replicas_of_each_shard_agree_and_the_report_r
     let exact = ttft[((ttft.len() as f64 * 0.99) as usize).min(ttft.len() - 1)];
     assert!((metric("p99_ttft_ms") - exact).abs() <= exact * 0.01, "p99 TTFT {} against {exact}", metric("p99_ttft_ms"));
 }
+
+/// Issue 60 on the cluster: a day of 1,000,000 rows over both shards,
+/// planned per shard in units of at most 100,000 rows. Compactor A plans,
+/// writes its first unit and pauses (holding the day and the unit); a
+/// replica picked by the seed is stopped then, mid-archive. B and C work
+/// the other units with it down, each unit read from the shard's local
+/// table on a replica that confirmed it, and A is `kill -9`ed at a seeded
+/// moment. The release needs every replica: B or C may exit 75 there,
+/// naming the stopped one; once it is back a fourth run finishes. Checked
+/// as on one server (every id once, manifest = store, the aggregates equal
+/// the input's, released once, a clean audit), and: units of both shards,
+/// every unit B and C verified in the stopped replica's shard read from
+/// the other, and the day gone from all four servers.
+#[test]
+#[allow(clippy::print_stderr)] // the seed, to replay a failure
+fn three_compactors_share_a_cluster_day_in_per_shard_units_with_a_replica_stopped() {
+    use rand::{Rng, SeedableRng};
+    let _turn = FAULTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    cluster_up();
+    let seed: u64 = rand::thread_rng().gen();
+    eprintln!("seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let s = TierScenario::new("clunits", "");
+    s.rewrite_config("lateness = \"1s\"", "lateness = \"1s\"\nunit_max_rows = 100000");
+    let config = std::fs::read_to_string(&s.config).expect("config");
+    std::fs::write(&s.config, on_the_cluster(&config)).expect("write config");
+    let day = today() - 10;
+    let events = TierScenario::events(1_000_000, 1, day, seed);
+    inferlog_tests::seed::insert_hot_with(&cluster_clickhouse(&s.table, &format!("{}_rejects", s.id)), &events, 4);
+
+    let mut a = s.spawn("inferlog-compactor", &["--once"], "a.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "unit-written")]);
+    if let Some(status) = inferlog_tests::wait_paused(&mut a, || s.log("a.log"), Duration::from_secs(300)) {
+        panic!("A exited ({status}) before writing a unit: {}", s.log("a.log"));
+    }
+    let planned = s.psql("SELECT count(*), count(DISTINCT shard), count(shard), min(units), max(units) FROM compactor_units");
+    let units_planned: usize = planned.split('\t').next().and_then(|n| n.parse().ok()).expect("count");
+    assert!(units_planned >= 8 && planned == format!("{units_planned}\t2\t{units_planned}\t{units_planned}\t{units_planned}"), "{planned}");
+
+    // A replica stops while A holds the day and a unit.
+    let (node, stopped_shard, port) = NODES[rng.gen_range(0..NODES.len())];
+    eprintln!("{node} stopped");
+    let _restart = OnDrop(Box::leak(format!("start-node {node}").into_boxed_str()));
+    services(&format!("stop-node {node}"));
+    let mut b = s.spawn("inferlog-compactor", &["--once"], "b.log", &[]);
+    let mut c = s.spawn("inferlog-compactor", &["--once"], "c.log", &[]);
+    let kill_after = Duration::from_millis(rng.gen_range(0..3_000));
+    eprintln!("A killed {kill_after:?} after B and C started");
+    std::thread::sleep(kill_after);
+    a.kill().expect("kill -9 A");
+    let _ = a.wait();
+    let stopped = format!("127.0.0.1:{port}");
+    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+        let status = inferlog_tests::wait_with_limit(child, Duration::from_secs(300));
+        let log = s.log(&format!("{name}.log"));
+        // 75: it took the day over and its release waits for the stopped replica.
+        assert!(status.success() || (status.code() == Some(75) && log.contains(&stopped)), "{name}: {status}: {log}");
+    }
+    for name in ["b.log", "c.log"] {
+        for line in s.log(name).lines().filter(|l| l.contains("unit verified")) {
+            assert!(line.contains("(shard ") && line.contains("replica=http://"), "a unit of one shard, read from a replica: {line}");
+            if line.contains(&format!("(shard {stopped_shard})")) {
+                assert!(!line.contains(&stopped), "read from the stopped replica: {line}");
+            }
+        }
+    }
+    services(&format!("start-node {node}"));
+    let (code, _) = s.run("inferlog-compactor", &["--once"], "d.log");
+    assert_eq!(code, 0, "{}", s.log("d.log"));
+
+    let local = local_table(&s.table);
+    for (node, _, port) in NODES {
+        let held = on(port, &format!("SELECT count() FROM {DATABASE}.{local} WHERE day = toDate('{}')", day_string(day)), "", None);
+        assert_eq!(held, "0", "{node} released the day");
+    }
+    inferlog_tests::expected::assert_units_archived(&s, &events, day, units_planned, &["a.log", "b.log", "c.log", "d.log"]);
+}

@@ -414,3 +414,77 @@ fn a_sampled_archive_killed_before_verifying_resumes_with_the_same_objects() {
     assert_eq!(total, 60_000, "the weights stand for every row");
     assert!(rows.len() < 20_000, "sampled: {} rows", rows.len());
 }
+
+/// Issue 60: a sampled day larger than `unit_max_rows`, archived in units
+/// by two compactors at once. Its units are cut at whole hours, so each
+/// stratum (group × hour) lies in one unit, and the units keep the very
+/// rows, with the very weights and reasons, that the same day archived in
+/// one piece keeps; the weights add up, per stratum and per business line,
+/// to the input's counts exactly, and per line to the aggregates'
+/// requests; every error is kept whole (weight 1); each request at most
+/// once. Expected figures come from the generated events; the archive is
+/// read with pyarrow.
+#[test]
+fn a_sampled_day_in_units_keeps_whole_strata_and_its_weights_add_up_per_line() {
+    let s = TierScenario::new("smp_units", SAMPLING);
+    s.rewrite_config("lateness = \"1s\"", "lateness = \"1s\"\nunit_max_rows = 8000");
+    let last = today() - 3;
+    let events = TierScenario::events(240_000, 1, last, 43);
+    s.insert(&events);
+    let stratum = |e: &InferenceEvent| {
+        let bucket = input_bucket(u64::from(e.input_tokens));
+        (e.business_line.clone(), e.model_name.clone(), e.model_version.clone(), bucket, (e.timestamp_ms / 3_600_000 % 24) as u64)
+    };
+    let mut series: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+    events.iter().for_each(|e| *series.entry((&e.business_line, &e.model_name, &e.model_version)).or_default() += 1);
+    assert!(series.values().any(|n| *n > 8_000), "a series larger than a unit, so cut by time: {series:?}");
+
+    let mut a = s.spawn("inferlog-compactor", &["--once"], "a.log", &[]);
+    let mut b = s.spawn("inferlog-compactor", &["--once"], "b.log", &[]);
+    for (name, child) in [("a", &mut a), ("b", &mut b)] {
+        let status = inferlog_tests::wait_with_limit(child, std::time::Duration::from_secs(300));
+        assert!(status.success(), "{name}: {status}: {}", s.log(&format!("{name}.log")));
+    }
+    let (objects, archived) = read_day(&s, last);
+    let units: HashSet<&str> = objects.iter().filter_map(|o| o.0.rsplit('/').next()).filter_map(|f| f.get(..17)).collect();
+    assert!(units.len() >= 12 && units.iter().all(|u| u.starts_with("unit-")), "archived in units: {units:?}");
+    let ids: HashSet<&str> = archived.iter().map(|a| a.request_id.as_str()).collect();
+    assert_eq!(ids.len(), archived.len(), "each request once");
+    assert!(archived.len() * 3 < events.len(), "sampled: {} of {} rows kept", archived.len(), events.len());
+
+    let mut exact: BTreeMap<_, u64> = BTreeMap::new();
+    events.iter().for_each(|e| *exact.entry(stratum(e)).or_default() += 1);
+    let mut weighted: BTreeMap<_, u64> = BTreeMap::new();
+    archived.iter().for_each(|a| *weighted.entry(a.stratum.clone()).or_default() += a.weight);
+    assert_eq!(weighted, exact, "sum(sample_weight) per stratum = the input's count");
+    let errors = events.iter().filter(|e| e.error_code != 0).count();
+    let kept_errors = archived.iter().filter(|a| a.reason == "error" && a.weight == 1).count();
+    assert_eq!(kept_errors, errors, "every error kept whole");
+
+    let mut per_line: BTreeMap<String, u64> = BTreeMap::new();
+    events.iter().for_each(|e| *per_line.entry(e.business_line.clone()).or_default() += 1);
+    let mut weights: BTreeMap<String, u64> = BTreeMap::new();
+    archived.iter().for_each(|a| *weights.entry(a.stratum.0.clone()).or_default() += a.weight);
+    assert_eq!(weights, per_line, "sum(sample_weight) per line = the input's requests");
+    let aggregates: BTreeMap<String, u64> = s
+        .psql("SELECT business_line, sum(requests) FROM daily_aggregates GROUP BY business_line ORDER BY 1")
+        .lines()
+        .filter_map(|l| l.split_once('\t').map(|(line, n)| (line.to_owned(), n.parse().expect("requests"))))
+        .collect();
+    assert_eq!(aggregates, per_line, "the aggregates' requests per line = the input's (and the weights')");
+    let represented = s.psql(&format!("SELECT sum(represented_rows), sum(rows) FROM cold_manifest WHERE day = '{}'", day_string(last)));
+    assert_eq!(represented, format!("{}\t{}", events.len(), archived.len()));
+
+    // The same rows archived in one piece keep the same rows, weights and reasons.
+    let whole = TierScenario::new("smp_units_whole", SAMPLING);
+    whole.rewrite_config("lateness = \"1s\"", "lateness = \"1s\"\nunit_max_rows = 0");
+    whole.insert(&events);
+    let (code, _) = whole.run("inferlog-compactor", &["--once"], "run.log");
+    assert_eq!(code, 0, "{}", whole.log("run.log"));
+    let (one_piece, whole_rows) = read_day(&whole, last);
+    assert!(one_piece.iter().all(|o| o.0.contains("/part-")), "one piece: {one_piece:?}");
+    let decisions = |rows: &[Archived]| -> BTreeMap<String, (u64, String)> {
+        rows.iter().map(|a| (a.request_id.clone(), (a.weight, a.reason.clone()))).collect()
+    };
+    assert!(decisions(&archived) == decisions(&whole_rows), "the units keep what the day in one piece keeps");
+}

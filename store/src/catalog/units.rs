@@ -30,6 +30,8 @@ pub struct UnitClaim {
     /// The day's fingerprint the plan is for.
     pub fingerprint: String,
     pub mode: ReadMode,
+    /// The day is archived with its recorded sampling rule.
+    pub sampled: bool,
 }
 
 /// Where a day's units stand.
@@ -53,17 +55,19 @@ fn mode_name(mode: ReadMode) -> &'static str {
 }
 
 impl Catalog {
-    /// Plans `day` (of fingerprint `fp`, read as `mode`) in `units`, once:
-    /// a plan for the same fingerprint is kept as it is (with its units and
-    /// those already verified); a plan for other rows is replaced. Returns
-    /// the number of units in effect.
-    pub async fn plan_units(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, units: &[Unit]) -> Result<u32, StoreError> {
+    /// Plans `day` (of fingerprint `fp`, read as `mode`, `sampled` or
+    /// not) in `units`, once: a plan for the same fingerprint and sampling
+    /// is kept as it is (with its units and those already verified); a
+    /// plan for other rows or the other sampling is replaced. Returns the
+    /// number of units in effect.
+    pub async fn plan_units(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, sampled: bool, units: &[Unit]) -> Result<u32, StoreError> {
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
         // A unit of an old plan still being worked keeps its row locked:
         // this waits for that worker, whose objects the new plan replaces.
-        sqlx::query("DELETE FROM compactor_units WHERE day = $1 AND fingerprint <> $2")
+        sqlx::query("DELETE FROM compactor_units WHERE day = $1 AND (fingerprint <> $2 OR sampled <> $3)")
             .bind(date_of(day))
             .bind(fp.encode())
+            .bind(sampled)
             .execute(&mut *tx)
             .await
             .map_err(StoreError::postgres("replace a day's units"))?;
@@ -74,16 +78,21 @@ impl Catalog {
             .map_err(StoreError::postgres("read a day's plan"))?;
         if existing.is_none() {
             for u in units {
-                sqlx::query("INSERT INTO compactor_units (day, unit, units, fingerprint, read_mode, condition) VALUES ($1, $2, $3, $4, $5, $6)")
-                    .bind(date_of(day))
-                    .bind(u.index as i32)
-                    .bind(u.of as i32)
-                    .bind(fp.encode())
-                    .bind(mode_name(mode))
-                    .bind(&u.condition)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(StoreError::postgres("plan a day's units"))?;
+                sqlx::query(
+                    "INSERT INTO compactor_units (day, unit, units, fingerprint, read_mode, shard, condition, sampled) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(date_of(day))
+                .bind(u.index as i32)
+                .bind(u.of as i32)
+                .bind(fp.encode())
+                .bind(mode_name(mode))
+                .bind(u.shard.map(|s| s as i32))
+                .bind(&u.condition)
+                .bind(sampled)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::postgres("plan a day's units"))?;
             }
         }
         tx.commit().await.map_err(StoreError::postgres("commit a day's plan"))?;
@@ -95,7 +104,7 @@ impl Catalog {
     pub async fn claim_unit(&self, day: Day) -> Result<Option<UnitClaim>, StoreError> {
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
         let row = sqlx::query(
-            "SELECT unit, units, fingerprint, read_mode, condition FROM compactor_units WHERE day = $1 AND state = 'pending' \
+            "SELECT unit, units, fingerprint, read_mode, shard, condition, sampled FROM compactor_units WHERE day = $1 AND state = 'pending' \
              ORDER BY unit LIMIT 1 FOR UPDATE SKIP LOCKED",
         )
         .bind(date_of(day))
@@ -112,9 +121,15 @@ impl Catalog {
         };
         Ok(Some(UnitClaim {
             day,
-            unit: Unit { index: index as u32, of: of as u32, condition: row.try_get("condition").map_err(decode)? },
+            unit: Unit {
+                index: index as u32,
+                of: of as u32,
+                shard: row.try_get::<Option<i32>, _>("shard").map_err(decode)?.map(|s| s as u32),
+                condition: row.try_get("condition").map_err(decode)?,
+            },
             fingerprint: row.try_get("fingerprint").map_err(decode)?,
             mode,
+            sampled: row.try_get("sampled").map_err(decode)?,
             tx,
         }))
     }

@@ -3,7 +3,8 @@
 //! leading key columns) with their row counts, and for a series larger than
 //! a unit, times that cut it in pieces; `[compactor] unit_max_rows`. Out:
 //! the day's [`Unit`]s, each a contiguous range of the table's sorting key
-//! given as a condition on its rows.
+//! given as a condition on its rows; on a cluster, of one shard's rows
+//! (planned per shard, read from the shard's local table).
 //!
 //! A unit is whole series, or pieces of one cut by `event_time`, packed in
 //! key order, so ClickHouse reads only the unit's granules (its primary
@@ -13,13 +14,22 @@
 //! uses the same units; rows that arrive later change the fingerprint and
 //! the day is planned again.
 
-/// One unit of a day: `index` of `of`, and the condition (SQL, to follow
-/// `AND`) that selects its rows.
+/// One unit of a day: `index` of `of`, the shard whose rows it holds (on
+/// a cluster; none: the table as the server or `Distributed` reads it),
+/// and the condition (SQL, to follow `AND`) that selects its rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unit {
     pub index: u32,
     pub of: u32,
+    pub shard: Option<u32>,
     pub condition: String,
+}
+
+/// The series of one shard's day (on one server, the day's: no shard).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSeries {
+    pub shard: Option<u32>,
+    pub series: Vec<Series>,
 }
 
 /// One series of a day, its rows, and the times (`event_time`, seconds)
@@ -34,6 +44,18 @@ pub struct Series {
 }
 
 impl Series {
+    /// Moves each cut down to a multiple of `seconds` (an hour: a sampled
+    /// day's strata are group × hour, so no stratum spans two pieces),
+    /// dropping a cut that falls on midnight (the piece below it would be
+    /// empty) and any repeated.
+    pub fn align_cuts(&mut self, seconds: u32) {
+        if seconds == 0 {
+            return;
+        }
+        self.cuts = self.cuts.iter().map(|c| c - c % seconds).filter(|c| c % 86_400 != 0).collect();
+        self.cuts.dedup();
+    }
+
     /// How many pieces a series of `rows` is cut in, at most `max_rows` each.
     pub fn pieces(rows: u64, max_rows: u64) -> u32 {
         if max_rows == 0 {
@@ -60,7 +82,23 @@ fn quote(text: &str) -> String {
 impl Unit {
     /// The whole day as one unit (no condition on the rows).
     pub fn whole_day() -> Unit {
-        Unit { index: 0, of: 1, condition: "1".into() }
+        Unit { index: 0, of: 1, shard: None, condition: "1".into() }
+    }
+
+    /// The day's units over its shards: each shard's series planned on
+    /// their own ([`Unit::plan`]: a shard that fits is one unit), numbered
+    /// in shard order; a shard without rows has none.
+    pub fn plan_shards(shards: &[ShardSeries], max_rows: u64) -> Vec<Unit> {
+        let mut units: Vec<Unit> = shards
+            .iter()
+            .filter(|s| s.series.iter().any(|s| s.rows > 0))
+            .flat_map(|s| Unit::plan(&s.series, max_rows).into_iter().map(move |u| Unit { shard: s.shard, ..u }))
+            .collect();
+        let of = units.len() as u32;
+        for (i, u) in units.iter_mut().enumerate() {
+            (u.index, u.of) = (i as u32, of);
+        }
+        units
     }
 
     /// The day's units: `series` (in key order) cut at their `cuts` and
@@ -97,13 +135,16 @@ impl Unit {
         units
             .into_iter()
             .enumerate()
-            .map(|(i, (_, parts))| Unit { index: i as u32, of, condition: format!("(({}))", parts.join(") OR (")) })
+            .map(|(i, (_, parts))| Unit { index: i as u32, of, shard: None, condition: format!("(({}))", parts.join(") OR (")) })
             .collect()
     }
 
-    /// `i/n`, as logs name it.
+    /// `i/n` (and `shard s`, 1-based, on a cluster), as logs name it.
     pub fn name(&self) -> String {
-        format!("{}/{}", self.index, self.of)
+        match self.shard {
+            None => format!("{}/{}", self.index, self.of),
+            Some(s) => format!("{}/{} (shard {})", self.index, self.of, s + 1),
+        }
     }
 }
 
@@ -138,6 +179,34 @@ mod tests {
             ]
         );
         assert!(units.iter().enumerate().all(|(i, u)| u.index == i as u32 && u.of == 4));
+    }
+
+    #[test]
+    fn a_cluster_day_is_planned_per_shard_and_numbered_across_them() {
+        let shards = [
+            ShardSeries { shard: Some(0), series: vec![series("a", 150, &[75]), series("b", 20, &[])] },
+            ShardSeries { shard: Some(1), series: vec![] },
+            ShardSeries { shard: Some(2), series: vec![series("a", 60, &[])] },
+        ];
+        let units = Unit::plan_shards(&shards, 100);
+        let got: Vec<(u32, u32, Option<u32>)> = units.iter().map(|u| (u.index, u.of, u.shard)).collect();
+        assert_eq!(got, [(0, 3, Some(0)), (1, 3, Some(0)), (2, 3, Some(2))], "an empty shard has no unit");
+        assert_eq!(units[2].condition, "1", "a shard that fits is one unit, all of its rows");
+        assert!(units[1].condition.contains("event_time >= toDateTime(75)") && units[1].condition.contains("business_line = 'b'"));
+        assert_eq!(units[1].name(), "1/3 (shard 1)");
+        let one = Unit::plan_shards(&[ShardSeries { shard: None, series: vec![series("a", 500, &[250])] }], 300);
+        assert_eq!(one.iter().map(|u| u.shard).collect::<Vec<_>>(), [None, None], "one server: no shard");
+    }
+
+    #[test]
+    fn a_sampled_days_cuts_fall_on_whole_hours() {
+        let midnight = 20_000 * 86_400;
+        let mut s = series("a", 400, &[midnight + 600, midnight + 3_000, midnight + 4_000, midnight + 7_300]);
+        s.align_cuts(3_600);
+        assert_eq!(s.cuts, [midnight + 3_600, midnight + 7_200], "the first hour's cuts drop to midnight: gone");
+        let units = Unit::plan(&[s], 150);
+        assert_eq!(units.len(), 3);
+        assert!(units[1].condition.contains(&format!("event_time >= toDateTime({})", midnight + 3_600)));
     }
 
     #[test]
