@@ -227,21 +227,21 @@ impl Archiver {
     /// rows each, in the day's order; the same rows make the same objects,
     /// so a unit written again replaces its objects. The rows are read from
     /// `source` (on a cluster, the unit's shard on a replica that confirmed
-    /// them).
-    pub async fn archive_unit(
+    /// them); `sink` sees every row (the unit's fold).
+    pub async fn archive_unit<S: RowSink>(
         &self,
         (day, mode): (Day, ReadMode),
         unit: &Unit,
         source: UnitSource,
+        sink: S,
         sampling: Option<&Rule>,
-    ) -> Result<(Vec<WrittenObject>, Option<Sampled>), CompactorError> {
+    ) -> Result<(Vec<WrittenObject>, S, Option<Sampled>), CompactorError> {
         let read = Read { day, mode, unit: unit.clone(), source };
         let selecting = match sampling {
             Some(rule) => Some(self.plan(&read, rule).await?),
             None => None,
         };
-        let (written, (), sampled) = self.archive_as(read, (), selecting, |part| self.cold.unit_object_key(day, unit, part)).await?;
-        Ok((written, sampled))
+        self.archive_as(read, sink, selecting, |part| self.cold.unit_object_key(day, unit, part)).await
     }
 
     /// First pass of a sampled archive: each stratum's counts over `read`.

@@ -153,19 +153,17 @@ impl DayWork {
 
         // Archive (from scratch, or re-list what an earlier run wrote),
         // counting the aggregates' histograms, hours and errors on the way.
-        let mut folded: Option<DayFold> = None;
+        let mut folded: Option<Folded> = None;
         let mut expected = Expected::all(&fp);
         let in_units = self.units.splits(fp.rows);
         if (state.is_none() || state == Some(DayState::Archiving)) && in_units {
             // A large day: archived and verified in units, by this compactor
-            // and any other that helps (crate::units), while this one also
-            // reads the day for the aggregates' fold.
+            // and any other that helps (crate::units); its fold is theirs merged.
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
             // Recorded (or forgotten) before the plan: every unit reads it.
             let sampled = self.sampling_rule(day).await?.is_some();
-            let fold = self.archiver.fold_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() }));
-            let (entries, fold) = tokio::try_join!(self.units.archive_day(day, &fp, mode, sampled), fold)?;
+            let (entries, fold) = self.units.archive_day(day, &fp, mode, sampled).await?;
             let now = self.hot.fingerprint(day, mode).await?;
             if now != fp {
                 return Err(CompactorError::RowsChanged { day: name, step: "archived", message: format!("{} became {}", fp.encode(), now.encode()) });
@@ -193,7 +191,7 @@ impl DayWork {
                 }
             }
             written = objects;
-            folded = Some(fold);
+            folded = Some(fold.finish());
             metrics::stage_finished(&self.metrics, &name, "archive", fp.rows, started.elapsed());
             for o in &written {
                 metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
@@ -255,9 +253,9 @@ impl DayWork {
             // A day archived by an earlier run is read again for its counts.
             let fold = match folded {
                 Some(fold) => fold,
-                None => self.archiver.fold_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() })).await?,
+                None => self.archiver.fold_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() })).await?.finish(),
             };
-            let Folded { rows, daily, hours, errors, waste, .. } = fold.finish();
+            let Folded { rows, daily, hours, errors, waste, .. } = fold;
             let groups = async {
                 let groups = aggregate::compute(&self.hot, day, mode, rows, daily).await?;
                 let now = self.hot.fingerprint(day, mode).await?;

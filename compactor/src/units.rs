@@ -3,7 +3,10 @@
 //! large for one unit, with its fingerprint and read mode. Out: every unit's
 //! objects written, read back and verified against ClickHouse's fingerprint
 //! of the unit's rows, recorded per unit, then moved into the day's
-//! manifest with the day's `verified` state in one transaction.
+//! manifest with the day's `verified` state in one transaction. Each unit's
+//! fold (the aggregates' groups, hours, errors and waste of its rows) is
+//! counted on the unit's one read and recorded with it; the day's fold is
+//! their merge, so no compactor reads the whole day for the aggregates.
 //!
 //! On a cluster the day is planned per shard: each unit holds one shard's
 //! rows and is read from that shard's local table on a replica whose
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant};
 use inferlog_store::catalog::{Catalog, ManifestEntry};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
+use inferlog_store::model::fold::{DayFold, Extras, Folded};
 use inferlog_store::model::unit::Unit;
 use inferlog_store::Day;
 
@@ -63,9 +67,18 @@ impl UnitWorker {
     /// As the planner: plans `day` in units (once), works units
     /// until none is left to claim, waits (up to `wait`) for those others
     /// hold, taking any a dead worker freed, and records the day verified
-    /// with every unit's objects. Returns the day's manifest entries.
+    /// with every unit's objects. Returns the day's manifest entries and
+    /// its fold: the units' folds merged, with each line's repeated
+    /// prompts counted by ClickHouse over the day (a prompt's requests may
+    /// lie in several units).
     /// A `sampled` day (its rule recorded first) is cut at whole hours.
-    pub async fn archive_day(&self, day: Day, fp: &DayFingerprint, mode: ReadMode, sampled: bool) -> Result<Vec<ManifestEntry>, CompactorError> {
+    pub async fn archive_day(
+        &self,
+        day: Day,
+        fp: &DayFingerprint,
+        mode: ReadMode,
+        sampled: bool,
+    ) -> Result<(Vec<ManifestEntry>, Folded), CompactorError> {
         let name = inferlog_store::day_string(day);
         let mut series = self.hot.day_series(day, mode, self.max_rows).await?;
         if sampled {
@@ -89,7 +102,14 @@ impl UnitWorker {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
         }
-        Ok(self.catalog.record_units_verified(day, fp).await?)
+        let (entries, mut fold) = self.catalog.record_units_verified(day, fp).await?;
+        let counting = Instant::now();
+        let repeats = self.hot.day_repeats(day, mode).await?;
+        tracing::info!(day = %name, lines = repeats.len(), elapsed_ms = counting.elapsed().as_millis() as u64, "repeated prompts counted over the day");
+        if let Some(waste) = fold.waste.as_mut() {
+            waste.set_repeats(&repeats);
+        }
+        Ok((entries, fold))
     }
 
     /// Claims and archives pending units of `day` until none is left to
@@ -109,7 +129,8 @@ impl UnitWorker {
             };
             let (fp, source) = self.hot.confirm_unit(day, mode, &unit).await?;
             let replica = source.replica.clone().unwrap_or_default();
-            let (written, sampled) = self.archiver.archive_unit((day, mode), &unit, source, rule.as_ref()).await?;
+            let fold = DayFold::counting(Extras { waste: true, ..Extras::default() });
+            let (written, fold, sampled) = self.archiver.archive_unit((day, mode), &unit, source, fold, rule.as_ref()).await?;
             for o in &written {
                 metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);
             }
@@ -137,7 +158,7 @@ impl UnitWorker {
                     metrics::verification_failed(&self.metrics, e);
                 }
             })?;
-            claim.verified(&self.name, fp.rows, &entries).await?;
+            claim.verified(&self.name, fp.rows, &entries, &fold.finish().record()).await?;
             metrics::stage_finished(&self.metrics, &name, "unit", fp.rows, started.elapsed());
             tracing::info!(day = %name, unit = %unit.name(), %replica, rows = fp.rows, objects = entries.len(), "unit verified");
             done += 1;

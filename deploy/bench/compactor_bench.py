@@ -113,7 +113,11 @@ def main():
             rows, kept = map(int, psql(schema, "SELECT sum(represented_rows), sum(rows) FROM cold_manifest").split("|"))
             assert rows == args.rows, (rows, args.rows)
             to_verified = (stage["archive"] + stage.get("verify", 0)) / 1000
+            # A day in units: ClickHouse's count of the day's repeated prompts (part of its archive stage).
+            repeats = re.search(r"repeated prompts counted over the day.*?elapsed_ms=(\d+)|elapsed_ms=(\d+).*?repeated prompts counted", out.stderr)
+            repeats_s = int(next(g for g in repeats.groups() if g)) / 1000 if repeats else 0
             runs.append({"wall_s": round(wall, 2), "settle_s": stage.get("settle", 0) / 1000, "archive_s": stage["archive"] / 1000, "verify_s": stage.get("verify", 0) / 1000,
+                         "repeats_s": repeats_s,
                          "aggregate_s": stage["aggregate"] / 1000, "rows_per_s_to_verified": round(args.rows / to_verified),
                          "peak_rss_mb": round(rss, 1), "compactor_cpu_s": round(user + system, 2), "parquet_bytes": parquet_bytes, "rows_archived": kept,
                          "workers": per_worker})

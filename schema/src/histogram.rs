@@ -48,8 +48,10 @@ pub struct DecodeError {
     pub reason: &'static str,
 }
 
-/// Counts per logarithmic bucket, plus the zeros.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Counts per logarithmic bucket, plus the zeros. Serialized in its
+/// Postgres form ([`Histogram::encode`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "Vec<i64>", try_from = "Vec<i64>")]
 pub struct Histogram {
     zeros: u64,
     /// The index of `counts[0]`.
@@ -62,6 +64,20 @@ pub struct Histogram {
 impl std::ops::AddAssign for Histogram {
     fn add_assign(&mut self, other: Histogram) {
         self.merge(&other);
+    }
+}
+
+impl From<Histogram> for Vec<i64> {
+    fn from(h: Histogram) -> Vec<i64> {
+        h.encode()
+    }
+}
+
+impl TryFrom<Vec<i64>> for Histogram {
+    type Error = DecodeError;
+
+    fn try_from(encoded: Vec<i64>) -> Result<Histogram, DecodeError> {
+        Histogram::decode(&encoded)
     }
 }
 

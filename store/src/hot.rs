@@ -2,12 +2,15 @@
 //! of the ClickHouse table ingest writes, what each holds, and dropping one.
 //! (Ingest owns the table's DDL and its inserts.)
 
+use std::collections::HashMap;
+
 use clickhouse::{Client, Row};
 use serde::Deserialize;
 
 use crate::config::ClickHouseConfig;
 use crate::error::StoreError;
 use crate::model::unit::{Series, ShardSeries, Unit};
+use crate::model::waste::LineRepeats;
 use crate::Day;
 
 /// How a day's rows are read so that producer retries count once.
@@ -517,6 +520,40 @@ impl HotTier {
             series.push(s);
         }
         Ok(series)
+    }
+
+    /// Each business line's repeated prompts over the whole day (read as
+    /// `mode` says), counted by ClickHouse as [`crate::model::waste`]
+    /// counts them: of a prompt's n requests that day, all but the
+    /// earliest (by timestamp, tokens, uncached input) are repeats. For a
+    /// day folded in units, whose prompts span units.
+    pub async fn day_repeats(&self, day: Day, mode: ReadMode) -> Result<HashMap<String, LineRepeats>, StoreError> {
+        #[derive(Row, Deserialize)]
+        struct Repeats {
+            business_line: String,
+            repeats: u64,
+            repeat_tokens: u64,
+            repeat_uncached_input: u64,
+        }
+        let uncached = "toUInt64(input_tokens) - least(input_tokens, ifNull(cache_prefix_tokens, 0))";
+        let sql = format!(
+            "SELECT business_line, toUInt64(sum(n - 1)) AS repeats, toUInt64(sum(tokens - tupleElement(first, 2))) AS repeat_tokens, \
+             toUInt64(sum(uncached - tupleElement(first, 3))) AS repeat_uncached_input FROM (\
+             SELECT business_line, count() AS n, sum(toUInt64(input_tokens) + output_tokens) AS tokens, sum({uncached}) AS uncached, \
+             min(tuple(timestamp_ms, toUInt64(input_tokens) + output_tokens, {uncached})) AS first \
+             FROM {} {} WHERE day = toDate(?) AND ifNull(prompt_hash, '') != '' GROUP BY business_line, prompt_hash HAVING n > 1) \
+             GROUP BY business_line ORDER BY business_line",
+            self.qualified(),
+            mode.modifier()
+        );
+        let rows = self.client.query(&sql).bind(crate::day_string(day)).fetch_all::<Repeats>().await.map_err(self.error("repeated prompts"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let repeats = LineRepeats { repeats: r.repeats, repeat_tokens: r.repeat_tokens, repeat_uncached_input: r.repeat_uncached_input };
+                (r.business_line, repeats)
+            })
+            .collect())
     }
 
     /// The fingerprint of one unit of a day's rows ([`Unit::condition`]),

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use inferlog_schema::histogram::{Histogram, RELATIVE_ERROR};
 use inferlog_schema::InferenceEvent;
 
 use crate::tiers::{day_string, TierScenario};
@@ -126,8 +127,9 @@ pub fn assert_aggregates_match(s: &TierScenario, events: &[InferenceEvent]) {
 /// the day released once, the plan
 /// forgotten, at least two processes verified units, the manifest equal to
 /// the objects in the store byte for byte, objects of every unit, every
-/// request id of the input archived once, the aggregates equal to the
-/// input's, and a clean retention audit.
+/// request id of the input archived once, the aggregates (groups, errors,
+/// hours, waste: `events` with [`plant_prompts`]) equal to the input's, and
+/// a clean retention audit.
 pub fn assert_units_archived(s: &TierScenario, events: &[InferenceEvent], day: i32, units_planned: usize, logs: &[&str]) {
     let name = day_string(day);
     assert_eq!(s.psql("SELECT day, state, hot_rows FROM compactor_days"), format!("{name}\treleased\t{}", events.len()));
@@ -162,8 +164,106 @@ pub fn assert_units_archived(s: &TierScenario, events: &[InferenceEvent], day: i
     assert!(ids == expected, "every request id of the input archived once ({} archived, {} sent)", ids.len(), expected.len());
 
     // The day's aggregates equal figures computed here from the input:
-    // counts, tokens and the exact percentiles.
+    // counts, tokens and the exact percentiles; hours and waste.
     assert_aggregates_match(s, events);
+    assert_histograms_match(s, events);
+    assert_hours_and_waste_match(s, events);
     let (code, out) = s.run("inferlog-retention", &["audit"], "audit.log");
     assert_eq!(code, 0, "the audit is clean: {out}{}", s.log("audit.log"));
+}
+
+/// Gives every third event a prompt hash out of 20,000, so prompts repeat
+/// within a business line across its models, versions and hours (and so
+/// across the units of a day archived in units).
+pub fn plant_prompts(events: &mut [InferenceEvent]) {
+    for (i, e) in events.iter_mut().enumerate().filter(|(i, _)| i % 3 == 0) {
+        e.prompt_hash = Some(format!("k1:p{}", (i * 7_919) % 20_000));
+    }
+}
+
+/// The stored hours (`hourly_aggregates`: totals and busiest minute per
+/// hour × line × model × version) and waste (`daily_waste`: requests,
+/// prompts and repeats per line) equal figures computed here from `events`.
+pub fn assert_hours_and_waste_match(s: &TierScenario, events: &[InferenceEvent]) {
+    type HourKey = (u64, String, String, String);
+    // (requests, errors, input, output, requests per minute of the hour)
+    let mut hours: BTreeMap<HourKey, (u64, u64, u64, u64, [u64; 60])> = BTreeMap::new();
+    for e in events {
+        let minute = (e.timestamp_ms / 60_000) as u64;
+        let h = hours.entry((minute / 60, e.business_line.clone(), e.model_name.clone(), e.model_version.clone())).or_insert((0, 0, 0, 0, [0; 60]));
+        h.0 += 1;
+        h.1 += u64::from(e.error_code != 0);
+        h.2 += u64::from(e.input_tokens);
+        h.3 += u64::from(e.output_tokens);
+        h.4[(minute % 60) as usize] += 1;
+    }
+    let expected: Vec<String> = hours
+        .iter()
+        .map(|((hour, l, m, v), (n, err, i, o, minutes))| {
+            // The busiest minute, the earliest of equals.
+            let most = minutes.iter().max().copied().unwrap_or(0);
+            let peak = minutes.iter().position(|c| *c == most).unwrap_or(0) as u64;
+            format!("{hour}\t{l}\t{m}\t{v}\t{n}\t{err}\t{i}\t{o}\t{}\t{most}", hour * 60 + peak)
+        })
+        .collect();
+    let stored = s.psql(
+        "SELECT extract(epoch FROM hour)::bigint / 3600, business_line, model_name, model_version, requests, errors, input_tokens, output_tokens, \
+         extract(epoch FROM peak_minute)::bigint / 60, peak_minute_requests FROM hourly_aggregates \
+         ORDER BY hour, business_line COLLATE \"C\", model_name COLLATE \"C\", model_version COLLATE \"C\"",
+    );
+    assert!(stored.lines().eq(expected.iter().map(String::as_str)), "hourly_aggregates = the input's hours ({} expected)", expected.len());
+
+    // Per line: requests, hashed, and per prompt its requests, tokens,
+    // uncached input and first request (timestamp, tokens, uncached).
+    type Prompt = (u64, u64, u64, (u64, u64, u64));
+    let mut lines: BTreeMap<String, (u64, u64, BTreeMap<String, Prompt>)> = BTreeMap::new();
+    for e in events {
+        let line = lines.entry(e.business_line.clone()).or_default();
+        line.0 += 1;
+        let Some(prompt) = e.prompt_hash.as_ref().filter(|p| !p.is_empty()) else { continue };
+        line.1 += 1;
+        let tokens = u64::from(e.input_tokens) + u64::from(e.output_tokens);
+        let uncached = u64::from(e.input_tokens.saturating_sub(e.cache_prefix_tokens.unwrap_or(0)));
+        let this = (e.timestamp_ms as u64, tokens, uncached);
+        let p = line.2.entry(prompt.clone()).or_insert((0, 0, 0, this));
+        (p.0, p.1, p.2, p.3) = (p.0 + 1, p.1 + tokens, p.2 + uncached, p.3.min(this));
+    }
+    let expected: Vec<String> = lines
+        .iter()
+        .map(|(line, (requests, hashed, prompts))| {
+            let repeated = prompts.values().filter(|p| p.0 > 1);
+            let (repeats, tokens, uncached) = repeated.fold((0, 0, 0), |(r, t, u), p| (r + p.0 - 1, t + p.1 - p.3 .1, u + p.2 - p.3 .2));
+            format!("{line}\t{requests}\t{hashed}\t{repeats}\t{tokens}\t{uncached}")
+        })
+        .collect();
+    let stored = s.psql(
+        "SELECT business_line, requests, hashed, repeats, repeat_tokens, repeat_uncached_input FROM daily_waste ORDER BY business_line COLLATE \"C\"",
+    );
+    assert_eq!(stored.lines().collect::<Vec<_>>(), expected, "daily_waste = the input's repeated prompts per line");
+    assert!(lines.values().all(|(_, _, prompts)| prompts.values().any(|p| p.0 > 1)), "prompts repeat on every line: {expected:?}");
+}
+
+/// Each daily group's stored total-latency histogram (the units' merged
+/// ones, for a day in units) counts the group's requests and answers its
+/// p50 and p99 within the histograms' 1% of the input's exact values.
+pub fn assert_histograms_match(s: &TierScenario, events: &[InferenceEvent]) {
+    let mut expected = expected_groups(events);
+    let stored =
+        s.psql("SELECT day, business_line, model_name, model_version, input_bucket, output_bucket, total_latency_hist FROM daily_aggregates");
+    let mut seen = 0;
+    for line in stored.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let key = (f[0].to_owned(), f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].to_owned(), f[5].to_owned());
+        let g = expected.get_mut(&key).unwrap_or_else(|| panic!("unexpected group {key:?}"));
+        let encoded: Vec<i64> = f[6].trim_matches(['{', '}']).split(',').map(|n| n.parse().expect("bigint")).collect();
+        let h = Histogram::decode(&encoded).expect("a stored histogram decodes");
+        assert_eq!(h.count(), g.requests, "{key:?}: one count per request");
+        for q in [0.5, 0.99] {
+            let exact = percentile(&mut g.durations[0], q).expect("not empty");
+            let got = h.quantile(q).expect("not empty");
+            assert!((got - exact).abs() <= exact * (RELATIVE_ERROR + 1e-9), "{key:?}: p{q} {got} from the histogram, exact {exact}");
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, expected.len(), "a histogram for every group");
 }

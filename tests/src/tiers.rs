@@ -132,12 +132,34 @@ impl TierScenario {
     /// Runs `binary args` with the test hook `env` = `step`, waits until it
     /// pauses there and kills it with SIGKILL (panics if it exits first).
     pub fn kill_at(&self, binary: &str, args: &[&str], env: &str, step: &str, log: &str) {
-        let mut child = self.spawn(binary, args, log, &[(env, step)]);
-        if let Some(status) = crate::wait_paused(&mut child, || self.log(log), std::time::Duration::from_secs(120)) {
-            panic!("{binary} exited ({status}) before reaching {step}: {}", self.log(log));
-        }
+        let mut child = self.paused_at(binary, args, (env, step), log, std::time::Duration::from_secs(120));
         child.kill().expect("kill -9");
         let _ = child.wait();
+    }
+
+    /// Runs `binary args` with the test hook `env` = `step` and waits until
+    /// it pauses there (panics if it exits first, or after `limit`); the
+    /// paused process, to kill or let go.
+    pub fn paused_at(&self, binary: &str, args: &[&str], (env, step): (&str, &str), log: &str, limit: std::time::Duration) -> Child {
+        let mut child = self.spawn(binary, args, log, &[(env, step)]);
+        if let Some(status) = crate::wait_paused(&mut child, || self.log(log), limit) {
+            panic!("{binary} exited ({status}) before reaching {step}: {}", self.log(log));
+        }
+        child
+    }
+
+    /// Starts `inferlog-compactor --once` once per log of `logs` and, at a
+    /// moment drawn from `rng` (0 to 3 s later, printed), `kill -9`s
+    /// `victim` while they run; returns them, running.
+    #[allow(clippy::print_stderr)] // the moment, to replay a failure
+    pub fn compactors_while_killing(&self, victim: &mut Child, logs: &[&str], rng: &mut impl rand::Rng) -> Vec<Child> {
+        let others = logs.iter().map(|log| self.spawn("inferlog-compactor", &["--once"], log, &[])).collect();
+        let kill_after = std::time::Duration::from_millis(rng.gen_range(0..3_000));
+        eprintln!("killed {kill_after:?} after {logs:?} started");
+        std::thread::sleep(kill_after);
+        victim.kill().expect("kill -9");
+        let _ = victim.wait();
+        others
     }
 
     /// Runs `binary` to completion: its exit code and stdout.

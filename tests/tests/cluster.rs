@@ -655,13 +655,11 @@ fn three_compactors_share_a_cluster_day_in_per_shard_units_with_a_replica_stoppe
     let config = std::fs::read_to_string(&s.config).expect("config");
     std::fs::write(&s.config, on_the_cluster(&config)).expect("write config");
     let day = today() - 10;
-    let events = TierScenario::events(1_000_000, 1, day, seed);
+    let mut events = TierScenario::events(1_000_000, 1, day, seed);
+    inferlog_tests::expected::plant_prompts(&mut events);
     inferlog_tests::seed::insert_hot_with(&cluster_clickhouse(&s.table, &format!("{}_rejects", s.id)), &events, 4);
 
-    let mut a = s.spawn("inferlog-compactor", &["--once"], "a.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "unit-written")]);
-    if let Some(status) = inferlog_tests::wait_paused(&mut a, || s.log("a.log"), Duration::from_secs(300)) {
-        panic!("A exited ({status}) before writing a unit: {}", s.log("a.log"));
-    }
+    let mut a = s.paused_at("inferlog-compactor", &["--once"], ("INFERLOG_COMPACTOR_PAUSE_AFTER", "unit-written"), "a.log", Duration::from_secs(300));
     let planned = s.psql("SELECT count(*), count(DISTINCT shard), count(shard), min(units), max(units) FROM compactor_units");
     let units_planned: usize = planned.split('\t').next().and_then(|n| n.parse().ok()).expect("count");
     assert!(units_planned >= 8 && planned == format!("{units_planned}\t2\t{units_planned}\t{units_planned}\t{units_planned}"), "{planned}");
@@ -671,15 +669,9 @@ fn three_compactors_share_a_cluster_day_in_per_shard_units_with_a_replica_stoppe
     eprintln!("{node} stopped");
     let _restart = OnDrop(Box::leak(format!("start-node {node}").into_boxed_str()));
     services(&format!("stop-node {node}"));
-    let mut b = s.spawn("inferlog-compactor", &["--once"], "b.log", &[]);
-    let mut c = s.spawn("inferlog-compactor", &["--once"], "c.log", &[]);
-    let kill_after = Duration::from_millis(rng.gen_range(0..3_000));
-    eprintln!("A killed {kill_after:?} after B and C started");
-    std::thread::sleep(kill_after);
-    a.kill().expect("kill -9 A");
-    let _ = a.wait();
+    let mut running = s.compactors_while_killing(&mut a, &["b.log", "c.log"], &mut rng);
     let stopped = format!("127.0.0.1:{port}");
-    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+    for (name, child) in ["b", "c"].into_iter().zip(running.iter_mut()) {
         let status = inferlog_tests::wait_with_limit(child, Duration::from_secs(300));
         let log = s.log(&format!("{name}.log"));
         // 75: it took the day over and its release waits for the stopped replica.

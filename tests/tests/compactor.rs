@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use inferlog_schema::timestamp::MS_PER_DAY;
 use inferlog_schema::InferenceEvent;
 use inferlog_tests::clickhouse;
-use inferlog_tests::expected::{assert_aggregates_match, assert_units_archived, percentile};
+use inferlog_tests::expected::{assert_aggregates_match, assert_units_archived, percentile, plant_prompts};
 use inferlog_tests::tiers::{day_string, today, TierScenario};
 
 #[test]
@@ -416,28 +416,21 @@ fn three_compactors_share_a_day_in_units_one_killed_mid_unit() {
     s.rewrite_config("lateness = \"1s\"", "lateness = \"1s\"\nunit_max_rows = 125000");
     // Past the 7-day hot retention: archived, aggregated and released in one pass.
     let day = today() - 10;
-    let events = s.seed(1_000_000, 1, day, seed);
+    let mut events = TierScenario::events(1_000_000, 1, day, seed);
+    plant_prompts(&mut events);
+    s.insert(&events);
 
     // A: plans the day in units, claims the first, writes its objects and
     // pauses there, holding the day's lock and the unit (not recorded).
-    let mut a = s.spawn("inferlog-compactor", &["--once"], "a.log", &[("INFERLOG_COMPACTOR_PAUSE_AFTER", "unit-written")]);
-    if let Some(status) = inferlog_tests::wait_paused(&mut a, || s.log("a.log"), Duration::from_secs(300)) {
-        panic!("A exited ({status}) before writing a unit: {}", s.log("a.log"));
-    }
+    let mut a = s.paused_at("inferlog-compactor", &["--once"], ("INFERLOG_COMPACTOR_PAUSE_AFTER", "unit-written"), "a.log", Duration::from_secs(300));
     // Planned once: whole series and pieces of series, at most 125,000 rows each.
     let planned = s.psql("SELECT count(*), min(units), max(units) FROM compactor_units");
     let units_planned: usize = planned.split('\t').next().and_then(|n| n.parse().ok()).expect("count");
     assert!(units_planned >= 8 && planned == format!("{units_planned}\t{units_planned}\t{units_planned}"), "{planned}");
     // B and C find the day held and work its other units. A dies at a
     // seeded moment while they do (or after they left, if they were quick).
-    let mut b = s.spawn("inferlog-compactor", &["--once"], "b.log", &[]);
-    let mut c = s.spawn("inferlog-compactor", &["--once"], "c.log", &[]);
-    let kill_after = Duration::from_millis(rng.gen_range(0..3_000));
-    eprintln!("A killed {kill_after:?} after B and C started");
-    std::thread::sleep(kill_after);
-    a.kill().expect("kill -9 A");
-    let _ = a.wait();
-    for (name, child) in [("b", &mut b), ("c", &mut c)] {
+    let mut running = s.compactors_while_killing(&mut a, &["b.log", "c.log"], &mut rng);
+    for (name, child) in ["b", "c"].into_iter().zip(running.iter_mut()) {
         let status = inferlog_tests::wait_with_limit(child, Duration::from_secs(300));
         assert!(status.success(), "{name}: {status}: {}", s.log(&format!("{name}.log")));
     }

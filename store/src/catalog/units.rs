@@ -2,7 +2,8 @@
 //! its units to any number of compactors. In: the planner's plan (a day,
 //! its fingerprint, how many units) and the workers' claims and results.
 //! Out: a pending unit for each worker that asks (each unit to one worker at
-//! a time), and, once every unit is verified, the objects of them all.
+//! a time), and, once every unit is verified, the objects of them all and
+//! their folds merged.
 //!
 //! The hand-out is Postgres's own row locks: a claim is a transaction that
 //! took the unit's row with `FOR UPDATE SKIP LOCKED` and stays open while
@@ -16,6 +17,7 @@ use sqlx::{Postgres, Row, Transaction};
 use super::{date_of, Catalog, ManifestEntry};
 use crate::error::StoreError;
 use crate::hot::{DayFingerprint, ReadMode};
+use crate::model::fold::Folded;
 use crate::model::unit::Unit;
 use crate::Day;
 
@@ -150,9 +152,12 @@ impl Catalog {
 
     /// Once every unit of `day`'s plan for `fp` is verified: replaces the
     /// day's manifest with the units' objects, marks the day verified and
-    /// forgets the plan, in one transaction. Returns the objects; an error
-    /// if the plan is not complete (or is for other rows).
-    pub async fn record_units_verified(&self, day: Day, fp: &DayFingerprint) -> Result<Vec<ManifestEntry>, StoreError> {
+    /// forgets the plan, in one transaction. Returns the objects and the
+    /// units' folds merged (the day's, but for its waste's repeats: see
+    /// [`Folded::merge`]); an error if the plan is not complete (or is for
+    /// other rows), or a unit's fold is missing or does not decode (the
+    /// plan is then dropped, planned again on the next pass).
+    pub async fn record_units_verified(&self, day: Day, fp: &DayFingerprint) -> Result<(Vec<ManifestEntry>, Folded), StoreError> {
         let mut tx = self.pool.begin().await.map_err(StoreError::postgres("begin"))?;
         // The plan's rows, locked: no claim of them is open (each is verified).
         let open: i64 = sqlx::query_scalar(
@@ -182,6 +187,29 @@ impl Catalog {
                 fp.rows
             )));
         }
+        let folds: Vec<(i32, Option<Vec<u8>>)> = sqlx::query_as("SELECT unit, fold FROM compactor_units WHERE day = $1 ORDER BY unit")
+            .bind(date_of(day))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::postgres("read a day's unit folds"))?;
+        let mut merged = Folded::default();
+        for (unit, fold) in folds {
+            match fold.as_deref().map(Folded::from_record) {
+                Some(Ok(fold)) => merged.merge(fold),
+                bad => {
+                    forget_plan(&mut *tx, day).await?;
+                    tx.commit().await.map_err(StoreError::postgres("commit"))?;
+                    let why = match bad {
+                        Some(Err(e)) => e,
+                        _ => "none recorded".into(),
+                    };
+                    return Err(StoreError::Unconfirmed(format!(
+                        "the fold of unit {unit} of {} ({why}): planned again on the next pass",
+                        crate::day_string(day)
+                    )));
+                }
+            }
+        }
         let entries: Vec<ManifestEntry> = sqlx::query(
             "SELECT object_key, day, rows, represented_rows, bytes, sha256, schema_version FROM compactor_unit_objects \
              WHERE day = $1 ORDER BY object_key",
@@ -196,7 +224,7 @@ impl Catalog {
         super::replace_manifest(&mut tx, day, fp, &entries).await?;
         forget_plan(&mut *tx, day).await?;
         tx.commit().await.map_err(StoreError::postgres("commit manifest"))?;
-        Ok(entries)
+        Ok((entries, merged))
     }
 
     /// Forgets `day`'s plan (its units and their objects' records, not
@@ -209,8 +237,9 @@ impl Catalog {
 
 impl UnitClaim {
     /// Records the unit verified with its objects (their rows replacing
-    /// what an earlier claim of it recorded), by `worker`, and frees it.
-    pub async fn verified(mut self, worker: &str, rows: u64, objects: &[ManifestEntry]) -> Result<(), StoreError> {
+    /// what an earlier claim of it recorded) and the fold of its rows
+    /// ([`Folded::record`]), by `worker`, and frees it.
+    pub async fn verified(mut self, worker: &str, rows: u64, objects: &[ManifestEntry], fold: &[u8]) -> Result<(), StoreError> {
         let (day, unit) = (date_of(self.day), self.unit.index as i32);
         sqlx::query("DELETE FROM compactor_unit_objects WHERE day = $1 AND unit = $2")
             .bind(day)
@@ -235,14 +264,17 @@ impl UnitClaim {
             .await
             .map_err(StoreError::postgres("record a unit's objects"))?;
         }
-        sqlx::query("UPDATE compactor_units SET state = 'verified', worker = $3, rows = $4, verified_at = now() WHERE day = $1 AND unit = $2")
-            .bind(day)
-            .bind(unit)
-            .bind(worker)
-            .bind(rows as i64)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(StoreError::postgres("record a unit verified"))?;
+        sqlx::query(
+            "UPDATE compactor_units SET state = 'verified', worker = $3, rows = $4, fold = $5, verified_at = now() WHERE day = $1 AND unit = $2",
+        )
+        .bind(day)
+        .bind(unit)
+        .bind(worker)
+        .bind(rows as i64)
+        .bind(fold)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(StoreError::postgres("record a unit verified"))?;
         self.tx.commit().await.map_err(StoreError::postgres("commit a unit"))
     }
 }

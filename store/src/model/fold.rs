@@ -33,7 +33,7 @@ pub type Histograms<const N: usize> = [Option<Histogram>; N];
 pub type GroupKey = (String, String, String, &'static str, &'static str);
 
 /// One hour of one business line × model × version: its totals and busiest minute.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HourRow {
     /// Hours since 1970-01-01 00:00 UTC.
     pub hour: u64,
@@ -52,7 +52,23 @@ pub struct HourRow {
     /// Input plus output tokens in the busiest minute.
     pub peak_minute_tokens: u64,
     /// Per minute of the hour (0..59): requests and input plus output tokens.
+    #[serde(with = "minutes")]
     pub minutes: [(u64, u64); 60],
+}
+
+/// An hour's 60 minutes as a sequence (serde derives arrays up to 32).
+mod minutes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(minutes: &[(u64, u64); 60], s: S) -> Result<S::Ok, S::Error> {
+        minutes.as_slice().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[(u64, u64); 60], D::Error> {
+        let v = Vec::<(u64, u64)>::deserialize(d)?;
+        let n = v.len();
+        v.try_into().map_err(|_| serde::de::Error::invalid_length(n, &"60 minutes"))
+    }
 }
 
 impl HourRow {
@@ -72,17 +88,38 @@ impl HourRow {
     pub fn usage(&self) -> Usage {
         self.totals().usage()
     }
+
+    /// Sets the busiest minute from `minutes`: the most requests, the
+    /// earliest of equals.
+    fn set_peak(&mut self) {
+        let (peak, &(requests, tokens)) = self.minutes.iter().enumerate().rev().max_by_key(|(_, (requests, _))| *requests).unwrap_or((0, &(0, 0)));
+        (self.peak_minute, self.peak_minute_requests, self.peak_minute_tokens) = (self.hour * 60 + peak as u64, requests, tokens);
+    }
+
+    /// Adds `other` (the same hour and series, other rows) and finds the
+    /// busiest minute again.
+    fn add(&mut self, other: &HourRow) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_prefix_tokens += other.cache_prefix_tokens;
+        for (m, o) in self.minutes.iter_mut().zip(&other.minutes) {
+            (m.0, m.1) = (m.0 + o.0, m.1 + o.1);
+        }
+        self.set_peak();
+    }
 }
 
 /// An hour with its duration histograms in [`measures::durations`] order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Hour {
     pub row: HourRow,
     pub histograms: Histograms<DURATIONS>,
 }
 
 /// Failed requests of one business line × model × version × input bucket × code × stage.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ErrorRow {
     pub business_line: String,
     pub model_name: String,
@@ -122,7 +159,7 @@ impl Totals {
 
 /// A daily group: its totals and a histogram per measure in
 /// [`measures::MEASURES`] order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Group {
     pub totals: Totals,
     pub histograms: Histograms<COUNT>,
@@ -144,6 +181,21 @@ impl Group {
     /// A group no row has been counted in yet.
     pub fn empty() -> Group {
         Group { totals: Totals::default(), histograms: std::array::from_fn(|_| None) }
+    }
+
+    /// Adds `other`'s totals and merges its histograms.
+    pub fn add(&mut self, other: &Group) {
+        self.totals += other.totals;
+        merge_histograms(&mut self.histograms, &other.histograms);
+    }
+}
+
+/// Merges each of `other`'s histograms into `into`'s.
+fn merge_histograms<const N: usize>(into: &mut Histograms<N>, other: &Histograms<N>) {
+    for (a, b) in into.iter_mut().zip(other) {
+        if let Some(b) = b {
+            a.get_or_insert_with(Histogram::new).merge(b);
+        }
     }
 }
 
@@ -175,6 +227,85 @@ pub struct Folded {
     pub types: Option<Vec<TypeGroup>>,
     /// Per GPU (`None`: rows that name none), by GPU id (only when the fold counts GPUs).
     pub gpus: Option<Vec<(Option<u32>, Group)>>,
+}
+
+impl Folded {
+    /// Hours and errors in their documented order.
+    fn sort(&mut self) {
+        fn key(r: &HourRow) -> (u64, &str, &str, &str) {
+            (r.hour, &r.business_line, &r.model_name, &r.model_version)
+        }
+        self.hours.sort_by(|a, b| key(&a.row).cmp(&key(&b.row)));
+        self.errors.sort_by(|a, b| {
+            (&a.business_line, &a.model_name, &a.model_version, &a.input_bucket, a.error_code, &a.error_stage).cmp(&(
+                &b.business_line,
+                &b.model_name,
+                &b.model_version,
+                &b.input_bucket,
+                b.error_code,
+                &b.error_stage,
+            ))
+        });
+    }
+
+    /// Adds the fold of other rows of the same day (another unit's): the
+    /// groups' totals add and their histograms merge, an hour or an error
+    /// group both hold adds up (the busiest minute found again over the
+    /// sum), and the waste adds up but for its repeats, which only the
+    /// whole day's prompts tell ([`Waste::set_repeats`]). Users, callers,
+    /// request types and GPUs are not merged (the compactor counts none of
+    /// them): `other`'s must be absent.
+    pub fn merge(&mut self, other: Folded) {
+        debug_assert!(other.users.is_empty() && other.callers.is_none() && other.types.is_none() && other.gpus.is_none());
+        self.rows += other.rows;
+        for (key, group) in other.daily {
+            match self.daily.get_mut(&key) {
+                Some(g) => g.add(&group),
+                None => {
+                    self.daily.insert(key, group);
+                }
+            }
+        }
+        type HourKey = (u64, String, String, String);
+        let hour_key = |r: &HourRow| -> HourKey { (r.hour, r.business_line.clone(), r.model_name.clone(), r.model_version.clone()) };
+        let mut hours: HashMap<HourKey, usize> = self.hours.iter().enumerate().map(|(i, h)| (hour_key(&h.row), i)).collect();
+        for hour in other.hours {
+            match hours.get(&hour_key(&hour.row)) {
+                Some(&i) => {
+                    let h = &mut self.hours[i];
+                    h.row.add(&hour.row);
+                    merge_histograms(&mut h.histograms, &hour.histograms);
+                }
+                None => {
+                    hours.insert(hour_key(&hour.row), self.hours.len());
+                    self.hours.push(hour);
+                }
+            }
+        }
+        type ErrorKey = (String, String, String, String, i32, String);
+        let error_key = |r: &ErrorRow| -> ErrorKey {
+            (r.business_line.clone(), r.model_name.clone(), r.model_version.clone(), r.input_bucket.clone(), r.error_code, r.error_stage.clone())
+        };
+        let mut errors: HashMap<ErrorKey, usize> = self.errors.iter().enumerate().map(|(i, e)| (error_key(e), i)).collect();
+        for e in other.errors {
+            match errors.get(&error_key(&e)) {
+                Some(&i) => self.errors[i].errors += e.errors,
+                None => {
+                    errors.insert(error_key(&e), self.errors.len());
+                    self.errors.push(e);
+                }
+            }
+        }
+        match (&mut self.waste, other.waste) {
+            (Some(w), Some(o)) => w.merge(o),
+            (w @ None, Some(mut o)) => {
+                o.repeated.clear();
+                *w = Some(o);
+            }
+            (_, None) => {}
+        }
+        self.sort();
+    }
 }
 
 /// An hour being counted.
@@ -424,27 +555,23 @@ impl DayFold {
                 folded.daily.insert(key(input.as_str(), output.as_str()), *group);
             }
             for h in s.hours {
-                // The first of the busiest minutes.
-                let (peak, &(peak_requests, peak_tokens)) =
-                    h.minutes.iter().enumerate().rev().max_by_key(|(_, (requests, _))| *requests).unwrap_or((0, &(0, 0)));
-                folded.hours.push(Hour {
-                    row: HourRow {
-                        hour: h.hour,
-                        business_line: s.business_line.clone(),
-                        model_name: s.model_name.clone(),
-                        model_version: s.model_version.clone(),
-                        requests: h.requests,
-                        errors: h.errors,
-                        input_tokens: h.input_tokens,
-                        output_tokens: h.output_tokens,
-                        cache_prefix_tokens: h.cache_prefix_tokens,
-                        peak_minute: h.hour * 60 + peak as u64,
-                        peak_minute_requests: peak_requests,
-                        peak_minute_tokens: peak_tokens,
-                        minutes: h.minutes,
-                    },
-                    histograms: h.histograms,
-                });
+                let mut row = HourRow {
+                    hour: h.hour,
+                    business_line: s.business_line.clone(),
+                    model_name: s.model_name.clone(),
+                    model_version: s.model_version.clone(),
+                    requests: h.requests,
+                    errors: h.errors,
+                    input_tokens: h.input_tokens,
+                    output_tokens: h.output_tokens,
+                    cache_prefix_tokens: h.cache_prefix_tokens,
+                    peak_minute: 0,
+                    peak_minute_requests: 0,
+                    peak_minute_tokens: 0,
+                    minutes: h.minutes,
+                };
+                row.set_peak();
+                folded.hours.push(Hour { row, histograms: h.histograms });
             }
             for (input, code, stage, errors) in s.errors {
                 folded.errors.push(ErrorRow {
@@ -458,20 +585,7 @@ impl DayFold {
                 });
             }
         }
-        fn key(r: &HourRow) -> (u64, &str, &str, &str) {
-            (r.hour, &r.business_line, &r.model_name, &r.model_version)
-        }
-        folded.hours.sort_by(|a, b| key(&a.row).cmp(&key(&b.row)));
-        folded.errors.sort_by(|a, b| {
-            (&a.business_line, &a.model_name, &a.model_version, &a.input_bucket, a.error_code, &a.error_stage).cmp(&(
-                &b.business_line,
-                &b.model_name,
-                &b.model_version,
-                &b.input_bucket,
-                b.error_code,
-                &b.error_stage,
-            ))
-        });
+        folded.sort();
         folded
     }
 }
@@ -567,6 +681,56 @@ mod tests {
         assert_eq!(folded.users["u1"], UserUse { requests: 3, tokens: 13 + 210 + 13 });
         assert_eq!(folded.users["u2"], UserUse { requests: 2, tokens: 2003 + 13 });
         assert!(DayFold::default().finish().users.is_empty(), "users only when counted");
+    }
+
+    #[test]
+    fn a_day_folded_in_units_and_merged_is_the_day_folded_whole() {
+        use crate::model::waste::LineRepeats;
+        let (seed, mut rng) = crate::model::seeded_rng();
+        let lines = ["search", "chat", "ads"];
+        let prompts = ["p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"];
+        let mut rows: Vec<StoredRow<'static>> = (0..3_000)
+            .map(|_| {
+                let error = if rng.gen_bool(0.1) { (rng.gen_range(1001..1004), [None, Some("decode")][rng.gen_range(0..2)]) } else { (0, None) };
+                let mut r = row(lines[rng.gen_range(0..3)], rng.gen_range(0..180), rng.gen_range(0..40_000), rng.gen_range(0..10_000), error);
+                r.total_latency_ms = rng.gen_range(0.0..600_000.0);
+                r.ttft_ms = rng.gen_bool(0.8).then(|| rng.gen_range(0.0..5_000.0));
+                r.prompt_hash = rng.gen_bool(0.7).then(|| prompts[rng.gen_range(0..prompts.len())]);
+                r.max_tokens = rng.gen_bool(0.5).then(|| rng.gen_range(100..10_000));
+                r.request_type = [None, Some("chat"), Some("code")][rng.gen_range(0..3)];
+                r
+            })
+            .collect();
+        rows.sort_by_key(|r| (r.business_line, r.timestamp_ms));
+        let fold = |rows: &[StoredRow<'_>]| {
+            let mut fold = DayFold::counting(Extras { waste: true, ..Extras::default() });
+            rows.iter().for_each(|r| fold.add(&r.fold_row()));
+            fold.finish()
+        };
+        let mut whole = fold(&rows);
+        // Units: contiguous runs of the key order, cut anywhere (a line's
+        // hour and a prompt's requests spread over several).
+        let mut cuts: Vec<usize> = (0..5).map(|_| rng.gen_range(0..rows.len())).collect();
+        cuts.extend([0, rows.len()]);
+        cuts.sort_unstable();
+        let mut merged = Folded::default();
+        for w in cuts.windows(2) {
+            let unit = fold(&rows[w[0]..w[1]]);
+            let back = Folded::from_record(&unit.record()).expect("the record decodes");
+            merged.merge(back);
+        }
+        let waste = whole.waste.as_mut().expect("waste counted");
+        let repeats: HashMap<String, LineRepeats> = waste
+            .lines
+            .iter()
+            .map(|(l, w)| {
+                (l.clone(), LineRepeats { repeats: w.repeats, repeat_tokens: w.repeat_tokens, repeat_uncached_input: w.repeat_uncached_input })
+            })
+            .collect();
+        assert!(repeats.values().all(|r| r.repeats > 0), "prompts repeat on every line");
+        waste.repeated.clear();
+        merged.waste.as_mut().expect("waste merged").set_repeats(&repeats);
+        assert!(merged == whole, "seed {seed}: the merged units differ from the whole day");
     }
 
     #[test]

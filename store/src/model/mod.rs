@@ -15,6 +15,7 @@
 //! - [`keep_field`]: a keep field's value in a stored row (which fields a rule may name is config's).
 //! - [`measures`]: the measures the aggregates describe (ClickHouse expression, Postgres columns, report label).
 //! - [`fold`]: the one fold from hot rows to daily groups, hours, errors and users.
+//! - [`fold_record`]: a unit's fold as the catalog keeps it until the day's units are merged.
 //! - [`callers`]: the fold's account of each hashed caller's load per hour (hot days).
 //! - [`waste`]: the fold's account of repeated prompts and output lengths (hot and whole archive days).
 //! - [`unit`]: a closed day cut into units that compactors archive independently.
@@ -24,6 +25,7 @@ pub mod aggregates;
 pub mod archive;
 pub mod callers;
 pub mod fold;
+pub mod fold_record;
 pub mod keep;
 pub mod keep_field;
 pub mod measures;

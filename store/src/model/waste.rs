@@ -59,7 +59,7 @@ impl PromptUse {
 }
 
 /// A business line's day (`+=` adds another's, field by field).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, derive_more::AddAssign)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, derive_more::AddAssign, serde::Serialize, serde::Deserialize)]
 pub struct LineWaste {
     pub requests: u64,
     /// Input plus output tokens of every request.
@@ -77,7 +77,7 @@ pub struct LineWaste {
 
 /// One request type's day of output lengths (`+=` adds another's, the
 /// histograms merged).
-#[derive(Debug, Clone, Default, PartialEq, derive_more::AddAssign)]
+#[derive(Debug, Clone, Default, PartialEq, derive_more::AddAssign, serde::Serialize, serde::Deserialize)]
 pub struct TypeWaste {
     pub requests: u64,
     pub output_tokens: u64,
@@ -88,6 +88,15 @@ pub struct TypeWaste {
     /// Of those, the requests whose output reached it, and their output tokens.
     pub at_limit: u64,
     pub at_limit_tokens: u64,
+}
+
+/// A line's repeated prompts, as counted over a whole day (by the fold,
+/// or by ClickHouse for a day folded in units).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineRepeats {
+    pub repeats: u64,
+    pub repeat_tokens: u64,
+    pub repeat_uncached_input: u64,
 }
 
 /// A day's waste.
@@ -101,6 +110,33 @@ pub struct Waste {
     pub repeated: HashMap<(String, String), PromptUse>,
     /// Per (business line, request type).
     pub types: HashMap<(String, String), TypeWaste>,
+}
+
+impl Waste {
+    /// Adds `other`'s lines and types to these (the day's rows in parts):
+    /// everything but the repeats, which only the whole day's prompts
+    /// tell ([`Waste::set_repeats`]); `repeated` is emptied.
+    pub fn merge(&mut self, other: Waste) {
+        self.sampled |= other.sampled;
+        for (line, w) in other.lines {
+            *self.lines.entry(line).or_default() += w;
+        }
+        for (key, t) in other.types {
+            *self.types.entry(key).or_default() += t;
+        }
+        self.repeated.clear();
+    }
+
+    /// Sets each line's repeats to the whole day's (`repeats` per line;
+    /// a line not listed repeated nothing). The prompts themselves are not
+    /// kept (`repeated` stays empty: the aggregates keep no prompts).
+    pub fn set_repeats(&mut self, repeats: &HashMap<String, LineRepeats>) {
+        for (name, line) in &mut self.lines {
+            let r = repeats.get(name).copied().unwrap_or_default();
+            (line.repeats, line.repeat_tokens, line.repeat_uncached_input) = (r.repeats, r.repeat_tokens, r.repeat_uncached_input);
+        }
+        self.repeated.clear();
+    }
 }
 
 /// The fold's own maps: hashed with foldhash, seeded per process, instead
