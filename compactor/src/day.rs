@@ -30,7 +30,7 @@ use crate::metrics::{self, Metrics};
 use crate::publish;
 use crate::units::UnitWorker;
 use crate::verify::{verify_day, Expected};
-use inferlog_store::model::fold::{DayFold, Extras, Folded};
+use inferlog_store::model::fold::{DayFold, Folded};
 
 pub use crate::PAUSE_ENV;
 
@@ -182,8 +182,7 @@ impl DayWork {
             self.record(day, DayState::Archiving, &fp, 0, 0).await?;
             let started = Instant::now();
             let rule = self.sampling_rule(day).await?;
-            let (objects, fold, sampled) =
-                self.archiver.archive_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() }), rule.as_ref()).await?;
+            let (objects, fold, sampled) = self.archiver.archive_day(day, mode, DayFold::aggregates(), rule.as_ref()).await?;
             if let Some(sampled) = &sampled {
                 expected = Expected::sampled(&sampled.kept, fp.rows);
                 for (line, reason, rows, represented) in sampled.summary.entries() {
@@ -253,7 +252,7 @@ impl DayWork {
             // A day archived by an earlier run is read again for its counts.
             let fold = match folded {
                 Some(fold) => fold,
-                None => self.archiver.fold_day(day, mode, DayFold::counting(Extras { waste: true, ..Extras::default() })).await?.finish(),
+                None => self.archiver.fold_day(day, mode, DayFold::aggregates()).await?.finish(),
             };
             let Folded { rows, daily, hours, errors, waste, .. } = fold;
             let groups = async {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use inferlog_store::catalog::{Catalog, ManifestEntry};
 use inferlog_store::cold::ColdStore;
 use inferlog_store::hot::{DayFingerprint, HotTier, ReadMode};
-use inferlog_store::model::fold::{DayFold, Extras, Folded};
+use inferlog_store::model::fold::{DayFold, Folded};
 use inferlog_store::model::unit::Unit;
 use inferlog_store::Day;
 
@@ -129,7 +129,7 @@ impl UnitWorker {
             };
             let (fp, source) = self.hot.confirm_unit(day, mode, &unit).await?;
             let replica = source.replica.clone().unwrap_or_default();
-            let fold = DayFold::counting(Extras { waste: true, ..Extras::default() });
+            let fold = DayFold::aggregates();
             let (written, fold, sampled) = self.archiver.archive_unit((day, mode), &unit, source, fold, rule.as_ref()).await?;
             for o in &written {
                 metrics::object_written(&self.metrics, &o.key, o.rows, o.bytes);

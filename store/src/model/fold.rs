@@ -296,13 +296,8 @@ impl Folded {
                 }
             }
         }
-        match (&mut self.waste, other.waste) {
-            (Some(w), Some(o)) => w.merge(o),
-            (w @ None, Some(mut o)) => {
-                o.repeated.clear();
-                *w = Some(o);
-            }
-            (_, None) => {}
+        if let Some(o) = other.waste {
+            self.waste.get_or_insert_with(Waste::default).merge(o);
         }
         self.sort();
     }
@@ -381,6 +376,13 @@ pub struct Extras {
 }
 
 impl DayFold {
+    /// What the compactor publishes (`daily_aggregates`, `hourly_aggregates`,
+    /// `daily_errors`, `daily_waste`): the groups, hours and errors, and the
+    /// waste. A day, or each of its units, is folded this way.
+    pub fn aggregates() -> DayFold {
+        DayFold::counting(Extras { waste: true, ..Extras::default() })
+    }
+
     /// A fold that also counts `extras`.
     pub fn counting(extras: Extras) -> DayFold {
         DayFold {
@@ -703,7 +705,7 @@ mod tests {
             .collect();
         rows.sort_by_key(|r| (r.business_line, r.timestamp_ms));
         let fold = |rows: &[StoredRow<'_>]| {
-            let mut fold = DayFold::counting(Extras { waste: true, ..Extras::default() });
+            let mut fold = DayFold::aggregates();
             rows.iter().for_each(|r| fold.add(&r.fold_row()));
             fold.finish()
         };
