@@ -1,5 +1,5 @@
-//! Filling the slots. In: an event's JSON bytes (one `serde_json` pass, no
-//! tree) or its fields as values (an OTLP span). Out: [`Slots`], each known
+//! Filling the slots. In: an event's JSON text (one `serde_json` pass, no
+//! tree: what `flat` leaves) or its fields as values (an OTLP span). Out: [`Slots`], each known
 //! field's value as given, the first of a key given twice kept and the
 //! second judged, and the names of the fields dropped.
 
@@ -75,6 +75,7 @@ impl<'a> Slots<'a> {
     /// Files a value given under a known key (`Key::Field` or
     /// `Key::Duration`, with its static spelling `given.name`): the first
     /// value kept, a second one judged by [`Slots::second`].
+    #[inline]
     pub(super) fn file(&mut self, key: &Key, given: Given<'a>) -> Result<(), Rejection> {
         let target = match *key {
             Key::Field(slot, _) => &mut self.fields[slot as usize],
@@ -138,6 +139,25 @@ impl<'a> Slots<'a> {
 
 pub(super) const CANONICAL_DURATION_NAMES: [&str; 6] =
     ["queue_wait_ms", "prefill_time_ms", "decode_time_ms", "total_latency_ms", "ttft_ms", "tpot_ms"];
+
+/// Reads an event's JSON `text` into `slots` (which must be empty) with
+/// one `serde_json` pass, or the rejection: a key the slots refuse, a
+/// number out of range (`field.range`), or malformed JSON naming the key
+/// being read.
+pub(super) fn read_json<'a>(text: &'a str, slots: &mut Slots<'a>) -> Result<(), Rejection> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let parsed = deserializer.deserialize_map(&mut *slots).and_then(|()| deserializer.end());
+    if let Err(e) = parsed {
+        if let Some(rejection) = slots.rejection.take() {
+            return Err(rejection);
+        }
+        let field = slots.current_key.take().map_or_else(|| crate::reason::WHOLE_EVENT.to_owned(), Cow::into_owned);
+        let message = e.to_string();
+        let reason = if message.starts_with("number out of range") { ReasonCode::FieldRange } else { ReasonCode::JsonMalformed };
+        return Err(Rejection::new(reason, field, message));
+    }
+    Ok(())
+}
 
 impl<'de> Visitor<'de> for &mut Slots<'de> {
     type Value = ();
