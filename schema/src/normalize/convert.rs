@@ -11,6 +11,18 @@ use crate::reason::{ReasonCode, Rejection};
 use super::fields::*;
 use super::{MAX_PROMPT_HASH_CHARS, MAX_USER_ID_CHARS};
 
+/// `s` without leading and trailing white space, as [`str::trim`] has
+/// it; a value that starts and ends with a printable ASCII byte (never
+/// white space) is returned as it is, without a look at its characters.
+pub(super) fn trimmed(s: &str) -> &str {
+    let printable = |b: Option<&u8>| b.is_some_and(|b| (0x21..0x7f).contains(b));
+    if printable(s.as_bytes().first()) && printable(s.as_bytes().last()) {
+        s
+    } else {
+        s.trim()
+    }
+}
+
 pub(super) fn type_error(name: &str, expected: &str, got: &FieldValue<'_>) -> Rejection {
     Rejection::new(ReasonCode::FieldType, name, format!("expected {expected}, got {}", got.kind()))
 }
@@ -38,7 +50,7 @@ pub(super) fn optional<T>(given: Option<Given<'_>>, convert: impl FnOnce(Given<'
 pub(super) fn text(g: &Given<'_>, max_chars: usize) -> Result<Option<String>, Rejection> {
     let name = g.name;
     let FieldValue::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
-    let s = s.trim();
+    let s = trimmed(s);
     if s.is_empty() {
         return Ok(None);
     }
@@ -79,7 +91,7 @@ pub(super) const REQUEST_ID_BYTES: [bool; 256] = {
 pub(super) fn request_id(g: &Given<'_>) -> Result<Option<String>, Rejection> {
     let name = g.name;
     let FieldValue::Str(s) = &g.value else { return Err(type_error(name, "a string", &g.value)) };
-    let s = s.trim();
+    let s = trimmed(s);
     if s.is_empty() {
         return Ok(None);
     }
@@ -152,7 +164,7 @@ pub(super) fn to_hash<'g>(g: &'g Given<'_>, max_chars: usize) -> Result<Option<&
         let reason = ReasonCode::from_str_code(reason).unwrap_or(ReasonCode::FieldFormat);
         return Err(Rejection::new(reason, name, "was refused when received; the DLQ kept no value (the producer must resend it)"));
     }
-    let s = s.trim();
+    let s = trimmed(s);
     if s.is_empty() {
         return Ok(None);
     }
@@ -239,5 +251,23 @@ pub(super) fn boolean(g: &Given<'_>) -> Result<bool, Rejection> {
     match g.value {
         FieldValue::Bool(b) => Ok(b),
         ref other => Err(type_error(g.name, "true or false", other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trimmed;
+
+    #[test]
+    fn trimmed_is_str_trim() {
+        let pieces = ["", "a", " ", "\t", "\u{a0}", "\u{2003}", "\u{3000}", "é", "~", "!", "\u{7f}", "\u{1}", "x y", "\n"];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let s = format!("{a}{b}{c}");
+                    assert_eq!(trimmed(&s), s.trim(), "{s:?}");
+                }
+            }
+        }
     }
 }

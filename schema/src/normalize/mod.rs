@@ -273,7 +273,7 @@ impl Contract {
     fn timestamp(&self, g: &Given<'_>, now_ms: Option<i64>) -> Result<Option<i64>, Rejection> {
         let name = g.name;
         let ms = match &g.value {
-            FieldValue::Str(s) => match parse_rfc3339_ms(s.trim()) {
+            FieldValue::Str(s) => match parse_rfc3339_ms(trimmed(s)) {
                 Ok(ms) => ms,
                 Err(TimestampError::Naive) => {
                     return Err(Rejection::new(ReasonCode::TimestampNaive, name, format!("{s:?} has no time-zone offset; add Z or ±hh:mm")))
