@@ -17,7 +17,7 @@ use sqlx::{Postgres, Row, Transaction};
 use super::{date_of, Catalog, ManifestEntry};
 use crate::error::StoreError;
 use crate::hot::{DayFingerprint, ReadMode};
-use crate::model::fold::Folded;
+use crate::model::fold::{FoldMerge, Folded};
 use crate::model::unit::Unit;
 use crate::Day;
 
@@ -154,7 +154,7 @@ impl Catalog {
     /// day's manifest with the units' objects, marks the day verified and
     /// forgets the plan, in one transaction. Returns the objects and the
     /// units' folds merged (the day's, but for its waste's repeats: see
-    /// [`Folded::merge`]); an error if the plan is not complete (or is for
+    /// [`FoldMerge`]); an error if the plan is not complete (or is for
     /// other rows), or a unit's fold is missing or does not decode (the
     /// plan is then dropped, planned again on the next pass).
     pub async fn record_units_verified(&self, day: Day, fp: &DayFingerprint) -> Result<(Vec<ManifestEntry>, Folded), StoreError> {
@@ -192,10 +192,10 @@ impl Catalog {
             .fetch_all(&mut *tx)
             .await
             .map_err(StoreError::postgres("read a day's unit folds"))?;
-        let mut merged = Folded::default();
+        let mut merge = FoldMerge::default();
         for (unit, fold) in folds {
             match fold.as_deref().map(Folded::from_record) {
-                Some(Ok(fold)) => merged.merge(fold),
+                Some(Ok(fold)) => merge.add(fold),
                 bad => {
                     forget_plan(&mut *tx, day).await?;
                     tx.commit().await.map_err(StoreError::postgres("commit"))?;
@@ -224,7 +224,7 @@ impl Catalog {
         super::replace_manifest(&mut tx, day, fp, &entries).await?;
         forget_plan(&mut *tx, day).await?;
         tx.commit().await.map_err(StoreError::postgres("commit manifest"))?;
-        Ok((entries, merged))
+        Ok((entries, merge.finish()))
     }
 
     /// Forgets `day`'s plan (its units and their objects' records, not

@@ -229,77 +229,86 @@ pub struct Folded {
     pub gpus: Option<Vec<(Option<u32>, Group)>>,
 }
 
+/// An hour row's place: its hour and series.
+fn hour_key(r: &HourRow) -> (u64, &str, &str, &str) {
+    (r.hour, &r.business_line, &r.model_name, &r.model_version)
+}
+
+/// An error row's place: its series, input bucket, code and stage.
+fn error_key(r: &ErrorRow) -> (&str, &str, &str, &str, i32, &str) {
+    (&r.business_line, &r.model_name, &r.model_version, &r.input_bucket, r.error_code, &r.error_stage)
+}
+
+type HourKey = (u64, String, String, String);
+type ErrorKey = (String, String, String, String, i32, String);
+
 impl Folded {
     /// Hours and errors in their documented order.
     fn sort(&mut self) {
-        fn key(r: &HourRow) -> (u64, &str, &str, &str) {
-            (r.hour, &r.business_line, &r.model_name, &r.model_version)
-        }
-        self.hours.sort_by(|a, b| key(&a.row).cmp(&key(&b.row)));
-        self.errors.sort_by(|a, b| {
-            (&a.business_line, &a.model_name, &a.model_version, &a.input_bucket, a.error_code, &a.error_stage).cmp(&(
-                &b.business_line,
-                &b.model_name,
-                &b.model_version,
-                &b.input_bucket,
-                b.error_code,
-                &b.error_stage,
-            ))
-        });
+        self.hours.sort_by(|a, b| hour_key(&a.row).cmp(&hour_key(&b.row)));
+        self.errors.sort_by(|a, b| error_key(a).cmp(&error_key(b)));
     }
+}
 
-    /// Adds the fold of other rows of the same day (another unit's): the
-    /// groups' totals add and their histograms merge, an hour or an error
-    /// group both hold adds up (the busiest minute found again over the
-    /// sum), and the waste adds up but for its repeats, which only the
-    /// whole day's prompts tell ([`Waste::set_repeats`]). Users, callers,
-    /// request types and GPUs are not merged (the compactor counts none of
-    /// them): `other`'s must be absent.
-    pub fn merge(&mut self, other: Folded) {
+/// Units' folds merged into the day's: totals add, histograms merge
+/// exactly, an hour two units share adds its minutes and finds its busiest
+/// minute again, errors add. Each hour's and error's place is indexed once
+/// for all the units, and the rows are sorted once, by [`FoldMerge::finish`].
+#[derive(Debug, Default)]
+pub struct FoldMerge {
+    folded: Folded,
+    hours: HashMap<HourKey, usize>,
+    errors: HashMap<ErrorKey, usize>,
+}
+
+impl FoldMerge {
+    pub fn add(&mut self, other: Folded) {
         debug_assert!(other.users.is_empty() && other.callers.is_none() && other.types.is_none() && other.gpus.is_none());
-        self.rows += other.rows;
+        let merged = &mut self.folded;
+        merged.rows += other.rows;
         for (key, group) in other.daily {
-            match self.daily.get_mut(&key) {
+            match merged.daily.get_mut(&key) {
                 Some(g) => g.add(&group),
                 None => {
-                    self.daily.insert(key, group);
+                    merged.daily.insert(key, group);
                 }
             }
         }
-        type HourKey = (u64, String, String, String);
-        let hour_key = |r: &HourRow| -> HourKey { (r.hour, r.business_line.clone(), r.model_name.clone(), r.model_version.clone()) };
-        let mut hours: HashMap<HourKey, usize> = self.hours.iter().enumerate().map(|(i, h)| (hour_key(&h.row), i)).collect();
         for hour in other.hours {
-            match hours.get(&hour_key(&hour.row)) {
+            let (h, line, model, version) = hour_key(&hour.row);
+            let key = (h, line.to_owned(), model.to_owned(), version.to_owned());
+            match self.hours.get(&key) {
                 Some(&i) => {
-                    let h = &mut self.hours[i];
+                    let h = &mut merged.hours[i];
                     h.row.add(&hour.row);
                     merge_histograms(&mut h.histograms, &hour.histograms);
                 }
                 None => {
-                    hours.insert(hour_key(&hour.row), self.hours.len());
-                    self.hours.push(hour);
+                    self.hours.insert(key, merged.hours.len());
+                    merged.hours.push(hour);
                 }
             }
         }
-        type ErrorKey = (String, String, String, String, i32, String);
-        let error_key = |r: &ErrorRow| -> ErrorKey {
-            (r.business_line.clone(), r.model_name.clone(), r.model_version.clone(), r.input_bucket.clone(), r.error_code, r.error_stage.clone())
-        };
-        let mut errors: HashMap<ErrorKey, usize> = self.errors.iter().enumerate().map(|(i, e)| (error_key(e), i)).collect();
         for e in other.errors {
-            match errors.get(&error_key(&e)) {
-                Some(&i) => self.errors[i].errors += e.errors,
+            let (line, model, version, bucket, code, stage) = error_key(&e);
+            let key = (line.to_owned(), model.to_owned(), version.to_owned(), bucket.to_owned(), code, stage.to_owned());
+            match self.errors.get(&key) {
+                Some(&i) => merged.errors[i].errors += e.errors,
                 None => {
-                    errors.insert(error_key(&e), self.errors.len());
-                    self.errors.push(e);
+                    self.errors.insert(key, merged.errors.len());
+                    merged.errors.push(e);
                 }
             }
         }
         if let Some(o) = other.waste {
-            self.waste.get_or_insert_with(Waste::default).merge(o);
+            merged.waste.get_or_insert_with(Waste::default).merge(o);
         }
-        self.sort();
+    }
+
+    /// The merged fold, its hours and errors in their documented order.
+    pub fn finish(mut self) -> Folded {
+        self.folded.sort();
+        self.folded
     }
 }
 
@@ -715,12 +724,12 @@ mod tests {
         let mut cuts: Vec<usize> = (0..5).map(|_| rng.gen_range(0..rows.len())).collect();
         cuts.extend([0, rows.len()]);
         cuts.sort_unstable();
-        let mut merged = Folded::default();
+        let mut merge = FoldMerge::default();
         for w in cuts.windows(2) {
             let unit = fold(&rows[w[0]..w[1]]);
-            let back = Folded::from_record(&unit.record()).expect("the record decodes");
-            merged.merge(back);
+            merge.add(Folded::from_record(&unit.record()).expect("the record decodes"));
         }
+        let mut merged = merge.finish();
         let waste = whole.waste.as_mut().expect("waste counted");
         let repeats: HashMap<String, LineRepeats> = waste
             .lines
