@@ -68,12 +68,15 @@ async fn reprice(config: &Config, from: &str, to: &str, dry_run: bool) -> Result
     Ok(0)
 }
 
+/// The wall clock (a test build may pin it: `test_hooks::NOW_ENV`).
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    inferlog_store::test_hooks::now_ms()
 }
 
 async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
-    inferlog_store::test_hooks::refuse_unless_built_in(inferlog_compactor::day::PAUSE_ENV).map_err(inferlog_compactor::CompactorError::Config)?;
+    for hook in [inferlog_compactor::day::PAUSE_ENV, inferlog_store::test_hooks::NOW_ENV] {
+        inferlog_store::test_hooks::refuse_unless_built_in(hook).map_err(inferlog_compactor::CompactorError::Config)?;
+    }
     let config = Config::load(&args.config)?;
     if let Some(Command::Reprice { from, to, dry_run }) = &args.command {
         return reprice(&config, from, to, *dry_run).await;

@@ -40,6 +40,26 @@ pub async fn hold_point(env: &str, step: &str) {
     tracing::warn!(step, "{env}: resumed");
 }
 
+/// The instant, RFC 3339, a binary takes for "now" instead of the wall
+/// clock ([`now_ms`]): a test that compares scenarios run minutes apart
+/// pins it so that UTC midnight cannot pass between them.
+pub const NOW_ENV: &str = "INFERLOG_TEST_NOW";
+
+/// Milliseconds since the epoch: the wall clock, or, with the hooks built
+/// in and [`NOW_ENV`] set, that instant (an unreadable one is the wall
+/// clock, logged).
+pub fn now_ms() -> i64 {
+    if BUILT_IN {
+        if let Ok(text) = std::env::var(NOW_ENV) {
+            match inferlog_schema::timestamp::parse_rfc3339_ms(&text) {
+                Ok(ms) => return ms,
+                Err(e) => tracing::warn!(value = %text, error = ?e, "{NOW_ENV}: not an RFC 3339 instant, using the wall clock"),
+            }
+        }
+    }
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 /// An error message when `env` is set but this build has no hooks.
 pub fn refuse_unless_built_in(env: &str) -> Result<(), String> {
     if BUILT_IN || std::env::var_os(env).is_none() {
@@ -65,6 +85,22 @@ mod tests {
             assert!(refused.is_ok());
         } else {
             assert!(refused.expect_err("refused").contains(env));
+        }
+    }
+
+    /// Without the hooks the pinned clock is ignored: a release binary
+    /// always reads the wall clock.
+    #[test]
+    fn the_clock_is_pinned_only_with_the_hooks() {
+        let wall = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis() as i64;
+        // No other test reads or writes this variable.
+        std::env::set_var(NOW_ENV, "2001-02-03T04:05:06Z");
+        let (before, got, after) = (wall(), now_ms(), wall());
+        std::env::remove_var(NOW_ENV);
+        if BUILT_IN {
+            assert_eq!(got, 981_173_106_000);
+        } else {
+            assert!((before..=after).contains(&got), "{got} not in {before}..={after}");
         }
     }
 }

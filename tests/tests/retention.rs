@@ -44,14 +44,23 @@ fn dlq_topic(s: &TierScenario) -> String {
 
 /// Noon of `today() + offset` as RFC 3339.
 fn at(offset: i32) -> String {
-    format!("{}T12:00:00Z", day_string(today() + offset))
+    noon(today() + offset)
 }
 
-/// 30 days of rows ending two days ago, compacted (days past the 7-day hot policy released).
-fn thirty_compacted_days(s: &TierScenario, per_day: usize) {
-    s.seed(per_day * 30, 30, today() - 2, 51);
-    let (code, _) = s.run("inferlog-compactor", &["--once"], "compactor.log");
-    assert_eq!(code, 0, "{}", s.log("compactor.log"));
+/// Noon of `day` as RFC 3339.
+fn noon(day: i32) -> String {
+    format!("{}T12:00:00Z", day_string(day))
+}
+
+/// 30 days of rows ending two days before `t`, compacted as of noon of `t`
+/// (days past the 7-day hot policy released): the compactor's clock is
+/// pinned, so scenarios compared with each other see the same `t` even
+/// when UTC midnight passes between them.
+fn thirty_compacted_days(s: &TierScenario, per_day: usize, t: i32) {
+    s.seed(per_day * 30, 30, t - 2, 51);
+    let clock = noon(t);
+    let out = s.command("inferlog-compactor", &["--once"], "compactor.log", &[(inferlog_store::test_hooks::NOW_ENV, &clock)]).output().expect("run");
+    assert!(out.status.success(), "{}", s.log("compactor.log"));
 }
 
 fn audit_json(s: &TierScenario, now: &str, log: &str) -> (i32, serde_json::Value) {
@@ -81,10 +90,10 @@ fn object_key(s: &TierScenario, day: i32) -> String {
 #[test]
 fn audit_reports_exactly_the_expired_units_enforce_removes_them_and_audits_each() {
     let s = scenario("ret_policy", Some(SIX_DAYS_MS));
-    thirty_compacted_days(&s, 150);
     let t = today();
+    thirty_compacted_days(&s, 150, t);
     // As of today + 5: hot keeps days >= t-2, aggregates >= t-15, cold >= t-20.
-    let now = at(5);
+    let now = noon(t + 5);
     let mut expected: Vec<(String, String, String)> = Vec::new();
     for d in (t - 7)..=(t - 3) {
         expected.push(("hot".into(), day_string(d), "expired.present".into()));
@@ -222,17 +231,19 @@ fn a_tier_that_cannot_be_reached_exits_75() {
 
 #[test]
 fn kill_9_during_enforce_converges_to_the_uninterrupted_end_state() {
-    let now = at(5);
+    // One day for every scenario, whatever the wall clock does meanwhile.
+    let t = today();
+    let now = noon(t + 5);
     let reference = {
         let s = scenario("ret_kill_ref", Some(SIX_DAYS_MS));
-        thirty_compacted_days(&s, 60);
+        thirty_compacted_days(&s, 60, t);
         let (code, _) = s.run("inferlog-retention", &["enforce", "--now", &now], "enforce.log");
         assert_eq!(code, 0, "{}", s.log("enforce.log"));
         s.end_state()
     };
     for tier in ["hot", "aggregates", "cold"] {
         let s = scenario(&format!("ret_kill_{tier}"), Some(SIX_DAYS_MS));
-        thirty_compacted_days(&s, 60);
+        thirty_compacted_days(&s, 60, t);
         s.kill_at("inferlog-retention", &["enforce", "--now", &now], "INFERLOG_RETENTION_PAUSE_AFTER", tier, "paused.log");
         let (code, _) = s.run("inferlog-retention", &["enforce", "--now", &now], "resume.log");
         assert_eq!(code, 0, "{}", s.log("resume.log"));
