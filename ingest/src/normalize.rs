@@ -16,7 +16,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use inferlog_schema::{Contract, Normalized, Rejection, UserIdHasher};
+use inferlog_schema::{Contract, Fields, Normalized, Rejection, UserIdHasher};
 use inferlog_store::config::OtlpConfig;
 use inferlog_store::kafka::TopicEncoding;
 use inferlog_store::model::rows::HotRow;
@@ -33,6 +33,9 @@ pub const CHUNK: usize = 2048;
 
 /// Messages one thread takes at a time: their rows share one buffer.
 const PIECE: usize = 128;
+
+/// About what one event's row takes, encoded (most are 250 to 400 bytes).
+const ROW_BYTES: usize = 384;
 
 /// Below this many messages a chunk is normalized on the calling thread:
 /// handing it to the pool would cost more than it saves.
@@ -190,7 +193,7 @@ impl Normalizer {
 
     fn piece_at(&self, inputs: &[Input<'_>], received_ms: i64, ingested_at: u32) -> Piece {
         let mut piece = Piece {
-            bytes: Vec::with_capacity(inputs.len() * 384),
+            bytes: Vec::with_capacity(inputs.len() * ROW_BYTES),
             outcomes: Vec::with_capacity(inputs.len()),
             messages: Vec::with_capacity(inputs.len()),
         };
@@ -255,6 +258,10 @@ impl Normalizer {
     fn spans(&self, input: &Input<'_>, received_ms: i64, ingested_at: u32, cache: &mut Cache, piece: &mut Piece) -> u32 {
         let max_event_bytes = self.contract.config().max_event_bytes;
         let decoded = otlp::decode(input.payload, input.encoding, |traces| {
+            // Room for every span's row at once: a piece sized by its
+            // messages would grow, and copy, many times over.
+            piece.outcomes.reserve(traces.spans.len());
+            piece.bytes.reserve(traces.spans.len() * ROW_BYTES);
             let mut skipped = 0;
             for s in otlp::spans(traces) {
                 let Mapped::Event(event) = self.mapper.map(&s) else {
@@ -262,12 +269,12 @@ impl Normalizer {
                     continue;
                 };
                 // The JSON only where the fields cannot stand in for it.
-                let (normalized, json) = match event.fields(max_event_bytes) {
-                    Some(fields) => (self.contract.normalize_fields(fields, Some(received_ms), &self.hasher), None),
-                    None => {
-                        let json = event.json();
-                        (self.contract.normalize(&json, Some(received_ms), &self.hasher), Some(json))
-                    }
+                let mut fields = Fields::default();
+                let (normalized, json) = if event.fields(max_event_bytes, &mut fields) {
+                    (self.contract.normalize_fields(&mut fields, Some(received_ms), &self.hasher), None)
+                } else {
+                    let json = event.json();
+                    (self.contract.normalize(&json, Some(received_ms), &self.hasher), Some(json))
                 };
                 let outcome = match normalized {
                     Ok(normalized) => self.row(normalized, input, Some(s.index), ingested_at, cache, &mut piece.bytes),

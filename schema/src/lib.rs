@@ -27,5 +27,5 @@ pub use config::{ContractConfig, ErrorDictionary};
 pub use error::{Classified, ErrorClass, SchemaError};
 pub use event::{ErrorStage, InferenceEvent, InputBucket, OutputBucket, SCHEMA_VERSION};
 pub use hash::UserIdHasher;
-pub use normalize::{Contract, FieldValue, Fields, Normalized};
+pub use normalize::{Contract, FieldKey, FieldValue, Fields, Normalized};
 pub use reason::{ReasonCode, Rejection};

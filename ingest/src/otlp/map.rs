@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use inferlog_schema::normalize::PROMPT_FIELDS;
-use inferlog_schema::{ErrorDictionary, FieldValue, Fields};
+use inferlog_schema::{ErrorDictionary, FieldKey, FieldValue, Fields};
 use inferlog_store::config::OtlpConfig;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::{Map, Number};
@@ -66,8 +66,22 @@ pub enum Mapped<'a> {
 pub struct MappedEvent<'a> {
     /// Every field the mapping can fill, in name order ([`Mapper::fields`]).
     names: &'a [String],
+    /// Per name, how the contract files it ([`Mapper::direct`]).
+    direct: &'a [Direct],
     /// Per name, its value if the span gave one.
     slots: Vec<Option<Given<'a>>>,
+}
+
+/// How a field the mapping fills reaches the contract without JSON,
+/// decided once per name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direct {
+    /// A key the contract knows.
+    Known(FieldKey),
+    /// A key it drops.
+    Dropped,
+    /// A prompt field: hashed from its JSON, so the event goes as JSON.
+    Prompt,
 }
 
 /// One field's value: an attribute as given, or one the span implies.
@@ -86,6 +100,11 @@ impl<'a> MappedEvent<'a> {
     /// Its fields, in name order.
     fn iter(&self) -> impl Iterator<Item = (&str, &Given<'a>)> {
         self.names.iter().zip(&self.slots).filter_map(|(name, given)| Some((name.as_str(), given.as_ref()?)))
+    }
+
+    /// Its fields with how each is filed, in name order.
+    fn iter_direct(&self) -> impl Iterator<Item = (&str, Direct, &Given<'a>)> {
+        self.names.iter().zip(self.direct).zip(&self.slots).filter_map(|((name, direct), given)| Some((name.as_str(), *direct, given.as_ref()?)))
     }
 
     /// The event as the JSON object of its fields: what the DLQ keeps of
@@ -107,20 +126,20 @@ impl<'a> MappedEvent<'a> {
         serde_json::to_vec(&serde_json::Value::Object(object)).unwrap_or_default()
     }
 
-    /// The event's fields for [`inferlog_schema::Contract::normalize_fields`],
-    /// which checks them exactly as it checks [`Self::json`]; `None` where
-    /// only the JSON can be judged the same: the JSON may be larger than
-    /// `max_event_bytes`, a field holds an array, or one is a prompt (the
-    /// contract hashes those from their JSON).
-    pub fn fields(&self, max_event_bytes: usize) -> Option<Fields<'_>> {
+    /// Fills `fields` (empty) with the event's fields for
+    /// [`inferlog_schema::Contract::normalize_fields`], which checks them
+    /// exactly as it checks [`Self::json`]; `false` where only the JSON can
+    /// be judged the same: the JSON may be larger than `max_event_bytes`, a
+    /// field holds an array, or one is a prompt (the contract hashes those
+    /// from their JSON). `fields` are filled in place: they are large to move.
+    pub fn fields<'s>(&'s self, max_event_bytes: usize, fields: &mut Fields<'s>) -> bool {
         let integer = |i: i64| u64::try_from(i).map_or(FieldValue::Int(i), FieldValue::UInt);
         // An upper bound of the JSON's size: every character escaped as \uXXXX.
         let escaped = |text: &str| 6 * text.len() + 2;
         let mut bound = 2;
-        let mut fields = Fields::default();
-        for (field, given) in self.iter() {
-            if PROMPT_FIELDS.contains(&field) {
-                return None;
+        for (field, direct, given) in self.iter_direct() {
+            if direct == Direct::Prompt {
+                return false;
             }
             let (value, size) = match given {
                 Given::Attribute(v) => match v {
@@ -128,7 +147,7 @@ impl<'a> MappedEvent<'a> {
                     Value::Bool(b) => (FieldValue::Bool(*b), 5),
                     Value::Int(i) => (integer(*i), 20),
                     Value::Double(d) => (FieldValue::Float(*d), 32),
-                    Value::Array(_) | Value::Other => return None,
+                    Value::Array(_) | Value::Other => return false,
                 },
                 Given::Text(t) => (FieldValue::Str(Cow::Borrowed(t)), escaped(t)),
                 Given::Unsigned(u) => (FieldValue::UInt(*u), 20),
@@ -136,9 +155,12 @@ impl<'a> MappedEvent<'a> {
                 Given::Float(f) => (f.map_or(FieldValue::Null, FieldValue::Float), 32),
             };
             bound += escaped(field) + 2 + size;
-            fields.insert(field, value);
+            match direct {
+                Direct::Known(key) => fields.insert_known(key, value),
+                _ => fields.insert(field, value),
+            }
         }
-        (bound <= max_event_bytes).then_some(fields)
+        bound <= max_event_bytes
     }
 }
 
@@ -152,6 +174,8 @@ pub struct Mapper {
     names: HashMap<String, usize, foldhash::fast::RandomState>,
     /// Every field it can fill, in name order: a field's number is its place.
     fields: Vec<String>,
+    /// Per field, how the contract files it.
+    direct: Vec<Direct>,
     /// Per field, the user's names (`[otlp.attributes]`), by field name.
     user: Vec<(usize, Vec<usize>)>,
     /// Per field, the built-in names ([`BUILT_IN`]).
@@ -209,7 +233,15 @@ impl Mapper {
             .map(|(i, _)| i)
             .collect();
         let codes = dictionary.entries().iter().map(|(code, name)| (name.clone(), *code)).collect();
-        Mapper { config, names, fields, user, built_in, business_line, error_type, slot, total_latency, codes }
+        let direct = fields
+            .iter()
+            .map(|f| match FieldKey::of(f) {
+                _ if PROMPT_FIELDS.contains(&f.as_str()) => Direct::Prompt,
+                Some(key) => Direct::Known(key),
+                None => Direct::Dropped,
+            })
+            .collect();
+        Mapper { config, names, fields, direct, user, built_in, business_line, error_type, slot, total_latency, codes }
     }
 
     /// Whether `span` is an inference request, and its event if so.
@@ -264,7 +296,7 @@ impl Mapper {
                 event[slot.error_stage].get_or_insert_with(|| Given::Text(self.config.error_stage.clone()));
             }
         }
-        Mapped::Event(MappedEvent { names: &self.fields, slots: event })
+        Mapped::Event(MappedEvent { names: &self.fields, direct: &self.direct, slots: event })
     }
 
     /// Per name the mapping reads, where in the span's and in the
@@ -559,8 +591,9 @@ mod tests {
                 mapped(&m, &span, &[], |mapped| {
                     let Mapped::Event(event) = mapped else { panic!("an inference span") };
                     let json = contract.normalize(&event.json(), Some(1_796_119_300_000), &hasher);
-                    if let Some(fields) = event.fields(contract_config.max_event_bytes) {
-                        let direct = contract.normalize_fields(fields, Some(1_796_119_300_000), &hasher);
+                    let mut fields = Fields::default();
+                    if event.fields(contract_config.max_event_bytes, &mut fields) {
+                        let direct = contract.normalize_fields(&mut fields, Some(1_796_119_300_000), &hasher);
                         prop_assert_eq!(direct, json);
                     }
                     Ok(())
@@ -575,7 +608,7 @@ mod tests {
             let m = mapper(OtlpConfig { attributes: BTreeMap::from([("acme.prompt".into(), "prompt".into())]), ..OtlpConfig::default() });
             let direct = |span: &Span, limit: usize| {
                 mapped(&m, span, &[], |mapped| match mapped {
-                    Mapped::Event(e) => e.fields(limit).is_some(),
+                    Mapped::Event(e) => e.fields(limit, &mut Fields::default()),
                     Mapped::Skipped => panic!("skipped"),
                 })
             };

@@ -56,9 +56,6 @@ struct Reader<'a, 'o> {
     traces: &'o mut Traces<'a>,
 }
 
-/// Reads one message's fields into a `T`.
-type Read<'a, T> = for<'o> fn(&mut Reader<'a, 'o>, &mut T) -> Result<()>;
-
 impl<'a> Reader<'a, '_> {
     #[inline]
     fn varint(&mut self) -> Result<u64> {
@@ -85,6 +82,7 @@ impl<'a> Reader<'a, '_> {
     }
 
     /// The next field's tag and wire type; `None` at the end.
+    #[inline]
     fn key(&mut self) -> Result<Option<(u32, u8)>> {
         if self.buf.is_empty() {
             return Ok(None);
@@ -101,6 +99,7 @@ impl<'a> Reader<'a, '_> {
         Ok(Some((key >> 3, wire)))
     }
 
+    #[inline]
     fn take(&mut self, n: u64) -> Result<&'a [u8]> {
         let n = usize::try_from(n).ok().filter(|n| *n <= self.buf.len()).ok_or(WireError("a field runs past the end"))?;
         let (taken, rest) = self.buf.split_at(n);
@@ -116,28 +115,34 @@ impl<'a> Reader<'a, '_> {
         }
     }
 
+    #[inline]
     fn bytes(&mut self, wire: u8) -> Result<&'a [u8]> {
         Self::expect(wire, LEN)?;
         let n = self.varint()?;
         self.take(n)
     }
 
+    #[inline]
     fn string(&mut self, wire: u8) -> Result<&'a str> {
         std::str::from_utf8(self.bytes(wire)?).map_err(|_| WireError("a string that is not UTF-8"))
     }
 
+    #[inline]
     fn fixed64(&mut self, wire: u8) -> Result<u64> {
         Self::expect(wire, FIXED64)?;
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
+    #[inline]
     fn scalar(&mut self, wire: u8) -> Result<u64> {
         Self::expect(wire, VARINT)?;
         self.varint()
     }
 
-    /// A nested message, read by `read` into a fresh value.
-    fn message<T: Default>(&mut self, wire: u8, read: Read<'a, T>) -> Result<T> {
+    /// A nested message, read by `read` into a fresh value. (`read` is a
+    /// type parameter, not a function pointer, so that it is inlined.)
+    #[inline]
+    fn message<T: Default>(&mut self, wire: u8, read: impl FnOnce(&mut Reader<'a, '_>, &mut T) -> Result<()>) -> Result<T> {
         let mut value = T::default();
         self.merge(wire, &mut value, read)?;
         Ok(value)
@@ -145,12 +150,28 @@ impl<'a> Reader<'a, '_> {
 
     /// A nested message, read by `read` into `value` (a message given
     /// twice is merged, as protobuf says).
-    fn merge<T>(&mut self, wire: u8, value: &mut T, read: Read<'a, T>) -> Result<()> {
+    #[inline]
+    fn merge<T>(&mut self, wire: u8, value: &mut T, read: impl FnOnce(&mut Reader<'a, '_>, &mut T) -> Result<()>) -> Result<()> {
         if self.depth >= RECURSION_LIMIT {
             return Err(WireError("messages nested too deep"));
         }
         let buf = self.bytes(wire)?;
         read(&mut Reader { buf, depth: self.depth + 1, traces: &mut *self.traces }, value)
+    }
+
+    /// A `KeyValue`: the common shape read straight off the bytes
+    /// ([`plain_key_value`]), any other through [`key_value`].
+    #[inline]
+    fn attribute(&mut self, wire: u8) -> Result<Attribute<'a>> {
+        if wire == LEN {
+            let whole = self.buf;
+            let n = self.varint()?;
+            if let Some(attribute) = self.take(n).ok().and_then(plain_key_value) {
+                return Ok(attribute);
+            }
+            self.buf = whole;
+        }
+        self.message(wire, key_value)
     }
 
     /// A field the mapping does not read.
@@ -209,7 +230,7 @@ fn resource_spans<'a>(r: &mut Reader<'a, '_>, out: &mut Resource<'a>) -> Result<
 fn resource<'a>(r: &mut Reader<'a, '_>, attributes: &mut Vec<Attribute<'a>>) -> Result<()> {
     while let Some((tag, wire)) = r.key()? {
         match tag {
-            1 => attributes.push(r.message(wire, key_value)?),
+            1 => attributes.push(r.attribute(wire)?),
             2 => r.known(wire, VARINT, false)?,
             3 => r.known(wire, LEN, false)?,
             _ => r.skip(tag, wire)?,
@@ -247,7 +268,7 @@ fn span<'a>(r: &mut Reader<'a, '_>, s: &mut Span<'a>) -> Result<()> {
             7 => s.start_time_unix_nano = r.fixed64(wire)?,
             8 => s.end_time_unix_nano = r.fixed64(wire)?,
             9 => {
-                let attribute = r.message(wire, key_value)?;
+                let attribute = r.attribute(wire)?;
                 r.traces.attributes.push(attribute);
             }
             15 => r.merge(wire, &mut s.status_code, status)?,
@@ -268,6 +289,44 @@ fn status(r: &mut Reader<'_, '_>, code: &mut i32) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A `KeyValue` of the shape every SDK writes — its key, then an
+/// `AnyValue` holding one string, bool, int or double, each length under
+/// 128 — read without a reader per nested message: what [`key_value`]
+/// reads from the same bytes. `None` for any other shape, or anything
+/// [`key_value`] would refuse (it then reads, or refuses, them itself).
+#[inline]
+fn plain_key_value(b: &[u8]) -> Option<Attribute<'_>> {
+    // Field 1 (the key, length-delimited), then field 2 (the value).
+    let [0x0a, key_len, rest @ ..] = b else { return None };
+    let (key, rest) = rest.split_at_checked(usize::from(*key_len).min(0x80))?;
+    let [0x12, value_len, value @ ..] = rest else { return None };
+    if *key_len >= 0x80 || *value_len >= 0x80 || value.len() != usize::from(*value_len) {
+        return None;
+    }
+    let value = match value {
+        // string_value: its length is the rest.
+        [0x0a, len, text @ ..] if usize::from(*len) == text.len() && *len < 0x80 => Value::Str(std::str::from_utf8(text).ok()?),
+        // bool_value: a one-byte varint.
+        [0x10, v] if *v < 0x80 => Value::Bool(*v != 0),
+        // int_value: a varint that is the rest.
+        [0x18, v @ ..] => Value::Int(whole_varint(v)? as i64),
+        // double_value: eight bytes.
+        [0x21, v @ ..] => Value::Double(f64::from_le_bytes(v.try_into().ok()?)),
+        _ => return None,
+    };
+    Some(Attribute { key: std::str::from_utf8(key).ok()?, value: Some(value) })
+}
+
+/// `b` as one varint that ends with its last byte, in at most 64 bits.
+#[inline]
+fn whole_varint(b: &[u8]) -> Option<u64> {
+    let (last, init) = b.split_last()?;
+    if *last >= 0x80 || b.len() > 10 || (b.len() == 10 && *last > 1) || init.iter().any(|x| *x < 0x80) {
+        return None;
+    }
+    Some(b.iter().enumerate().fold(0u64, |value, (i, byte)| value | u64::from(byte & 0x7f) << (7 * i)))
 }
 
 fn key_value<'a>(r: &mut Reader<'a, '_>, kv: &mut Attribute<'a>) -> Result<()> {
@@ -432,6 +491,51 @@ mod tests {
         let read = by_wire(&message).expect("valid");
         assert_eq!(Some(read.clone()), by_prost(&message));
         assert!(read.contains("Array([Int(1), Int(2)])"), "{read}");
+    }
+
+    /// The common key-value shapes are read straight off the bytes, and
+    /// read as the general reader reads them; the others are left to it.
+    #[test]
+    fn plain_key_values_are_read_directly_and_as_the_reader_reads_them() {
+        let kv = |key: &str, v: Option<any_value::Value>| KeyValue { key: key.into(), value: Some(AnyValue { value: v }), ..KeyValue::default() };
+        fn general(bytes: &[u8]) -> Result<Attribute<'_>> {
+            let mut traces = Traces::default();
+            let mut attribute = Attribute::default();
+            key_value(&mut Reader { buf: bytes, depth: 0, traces: &mut traces }, &mut attribute).map(|()| attribute)
+        }
+        let taken = [
+            kv("gen_ai.request.id", Some(any_value::Value::StringValue("cmpl-é".into()))),
+            kv("b", Some(any_value::Value::BoolValue(true))),
+            kv("i", Some(any_value::Value::IntValue(-1))),
+            kv("i", Some(any_value::Value::IntValue(i64::MAX))),
+            kv("i", Some(any_value::Value::IntValue(0))),
+            kv("d", Some(any_value::Value::DoubleValue(0.25))),
+            kv("d", Some(any_value::Value::DoubleValue(f64::NAN))),
+        ];
+        for kv in &taken {
+            let bytes = kv.encode_to_vec();
+            let direct = plain_key_value(&bytes).unwrap_or_else(|| panic!("{kv:?} is taken"));
+            assert_eq!(format!("{direct:?}"), format!("{:?}", general(&bytes).expect("valid")), "{kv:?}");
+        }
+        let left = [
+            kv("long", Some(any_value::Value::StringValue("x".repeat(200)))),
+            kv(&"k".repeat(130), Some(any_value::Value::BoolValue(false))),
+            kv("none", None),
+            // Written without its empty key and value: another shape.
+            kv("", Some(any_value::Value::StringValue(String::new()))),
+            kv("bytes", Some(any_value::Value::BytesValue(vec![1]))),
+            KeyValue { key: "no value".into(), ..KeyValue::default() },
+        ];
+        for kv in &left {
+            assert_eq!(plain_key_value(&kv.encode_to_vec()), None, "{kv:?}");
+        }
+        // Damage the general reader refuses is left to it.
+        let mut bad_utf8 = kv("k", Some(any_value::Value::StringValue("ab".into()))).encode_to_vec();
+        *bad_utf8.last_mut().expect("bytes") = 0xff;
+        assert_eq!((plain_key_value(&bad_utf8), general(&bad_utf8).is_err()), (None, true));
+        let mut trailing = kv("k", Some(any_value::Value::IntValue(5))).encode_to_vec();
+        trailing.extend([0x18, 0x06]);
+        assert_eq!(plain_key_value(&trailing), None, "a second field: merged by the reader");
     }
 
     /// Arrays nested past prost's limit are refused as prost refuses them.

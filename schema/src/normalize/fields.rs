@@ -84,6 +84,7 @@ pub(super) const DURATION_KEYS: [[&str; 4]; 6] = [
 
 /// Where a key goes. Known keys carry their static spelling, so slots
 /// never hold a copy of the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Key {
     Field(Slot, &'static str),
     Duration(usize, usize),

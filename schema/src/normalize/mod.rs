@@ -30,7 +30,7 @@ use scan::*;
 
 pub use convert::{prompt_text, refused_mark, stored_prompt_hash, stored_user_id};
 pub use fields::{FieldValue, DURATIONS, UNITS};
-pub use scan::Fields;
+pub use scan::{FieldKey, Fields};
 
 /// Earliest plausible event time: 2000-01-01T00:00:00Z. Anything earlier is
 /// a unit mistake (epoch seconds given as ms), whatever `--now` says.
@@ -125,13 +125,14 @@ impl Contract {
     /// result as the JSON object of those fields, with no JSON in between.
     /// The caller keeps the event within `max_event_bytes` as JSON
     /// ([`Fields`] cannot measure that).
-    pub fn normalize_fields(&self, fields: Fields<'_>, now_ms: Option<i64>, hasher: &UserIdHasher) -> Result<Normalized, Rejection> {
-        let mut slots = fields.slots;
+    /// `fields` are read in place (they are large to move) and left spent.
+    pub fn normalize_fields(&self, fields: &mut Fields<'_>, now_ms: Option<i64>, hasher: &UserIdHasher) -> Result<Normalized, Rejection> {
+        let slots = &mut fields.slots;
         if let Some(rejection) = slots.rejection.take() {
             return Err(rejection);
         }
-        let event = self.assemble(&mut slots, now_ms, Some(hasher))?;
-        Ok(Normalized { event, dropped_fields: slots.dropped })
+        let event = self.assemble(slots, now_ms, Some(hasher))?;
+        Ok(Normalized { event, dropped_fields: std::mem::take(&mut slots.dropped) })
     }
 
     fn assemble(&self, s: &mut Slots<'_>, now_ms: Option<i64>, hasher: Option<&UserIdHasher>) -> Result<InferenceEvent, Rejection> {

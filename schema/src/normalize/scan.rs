@@ -207,20 +207,42 @@ pub struct Fields<'a> {
     pub(super) slots: Slots<'a>,
 }
 
+/// A key the contract knows (a field, an alias or a duration in some
+/// unit), classified once ([`FieldKey::of`]) so that a decoder that reads
+/// the same names in every event files its values without comparing names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldKey(Key);
+
+impl FieldKey {
+    /// `name` classified as the JSON scanner classifies a key; `None` for
+    /// a key it drops (a prompt field among them).
+    pub fn of(name: &str) -> Option<FieldKey> {
+        match classify(name) {
+            Key::Dropped => None,
+            known => Some(FieldKey(known)),
+        }
+    }
+}
+
 impl<'a> Fields<'a> {
     /// Adds `key` = `value`. A prompt field ([`PROMPT_FIELDS`]) is
     /// dropped here unhashed: a decoder that carries prompts uses JSON.
     pub fn insert(&mut self, key: &str, value: FieldValue<'a>) {
+        match FieldKey::of(key) {
+            Some(known) => self.insert_known(known, value),
+            None if self.slots.rejection.is_none() => self.slots.dropped.push(key.to_owned()),
+            None => {}
+        }
+    }
+
+    /// [`Fields::insert`] under a key classified beforehand.
+    #[inline]
+    pub fn insert_known(&mut self, key: FieldKey, value: FieldValue<'a>) {
         if self.slots.rejection.is_some() {
             return;
         }
-        match classify(key) {
-            Key::Dropped => self.slots.dropped.push(key.to_owned()),
-            known => {
-                if let Err(rejection) = self.slots.file(&known, Given { name: known.name(), value }) {
-                    self.slots.rejection = Some(rejection);
-                }
-            }
+        if let Err(rejection) = self.slots.file(&key.0, Given { name: key.0.name(), value }) {
+            self.slots.rejection = Some(rejection);
         }
     }
 }
