@@ -75,7 +75,7 @@ impl<'a> Slots<'a> {
     /// Files a value given under a known key (`Key::Field` or
     /// `Key::Duration`, with its static spelling `given.name`): the first
     /// value kept, a second one judged by [`Slots::second`].
-    #[inline]
+    #[inline(always)]
     pub(super) fn file(&mut self, key: &Key, given: Given<'a>) -> Result<(), Rejection> {
         let target = match *key {
             Key::Field(slot, _) => &mut self.fields[slot as usize],
