@@ -108,8 +108,9 @@ fn scenario_with(
     seed: u64,
     plant: impl FnOnce(&mut Vec<InferenceEvent>, i32),
 ) -> (TierScenario, Vec<InferenceEvent>, i32) {
-    let t = today();
+    // The scenario first: it waits, if need be, until the clock is clear of midnight.
     let s = TierScenario::new(name, PRICES);
+    let t = today();
     let mut events = TierScenario::events(count, days, t - 1, seed);
     plant(&mut events, t);
     let mut flipped = 0;
