@@ -1,4 +1,5 @@
-//! OTLP/JSON read straight into the view. In: the payload of an
+//! OTLP/JSON read straight into the view (the common shape by hand,
+//! [`super::json_flat`]; the rest here). In: the payload of an
 //! `otlp_json` message (the OTLP/JSON mapping of `TracesData`, as the
 //! Collector's Kafka exporter writes it). Out: the [`Traces`] view the
 //! protobuf reader gives too, its strings borrowed from the payload (an
@@ -32,7 +33,18 @@ use super::view::{Attribute, Resource, Span, Traces, Value};
 /// `arena`. The payload is checked to be UTF-8 once, whole, so its strings
 /// are not checked one by one (a payload that is not is left to
 /// `opentelemetry-proto`, whose verdict stands).
+///
+/// The common shape is read by hand first ([`super::json_flat`]); anything
+/// else from the start here.
 pub fn read<'a>(payload: &'a [u8], arena: &'a Bump) -> Result<Traces<'a>, serde_json::Error> {
+    match super::json_flat::read(payload, arena) {
+        Some(traces) => Ok(traces),
+        None => read_with_serde(payload, arena),
+    }
+}
+
+/// [`read`] without the hand-read shape: every message through serde.
+fn read_with_serde<'a>(payload: &'a [u8], arena: &'a Bump) -> Result<Traces<'a>, serde_json::Error> {
     let text = std::str::from_utf8(payload).map_err(<serde_json::Error as de::Error>::custom)?;
     let view = RefCell::new(Traces::default());
     let mut de = serde_json::Deserializer::from_str(text);
@@ -113,11 +125,7 @@ impl<'a> Visitor<'a> for Hex<'a> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<&'a [u8], E> {
-        let digits = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")).unwrap_or(v);
-        let bytes = self.0.alloc_slice_fill_copy(digits.len() / 2, 0u8);
-        // Odd lengths and bad digits are refused as const_hex refuses them.
-        const_hex::decode_to_slice(v, bytes).map_err(E::custom)?;
-        Ok(bytes)
+        super::json_flat::hex(self.0, v).map_err(E::custom)
     }
 }
 
@@ -624,12 +632,50 @@ mod tests {
         read(bytes, &arena).ok().map(|t| format!("{t:?}"))
     }
 
-    /// Whatever this reader takes, opentelemetry-proto takes and reads the same.
+    /// Whatever this reader takes, opentelemetry-proto takes and reads the
+    /// same; whatever the hand-read path takes, the serde path reads the same.
     fn agrees(bytes: &[u8]) -> Result<(), TestCaseError> {
         if let Some(read) = by_reader(bytes) {
             prop_assert_eq!(Some(read), by_serde(bytes), "{}", String::from_utf8_lossy(bytes));
         }
+        if let Some(flat) = by_flat(bytes) {
+            prop_assert_eq!(Some(flat), by_serde_path(bytes), "{}", String::from_utf8_lossy(bytes));
+        }
         Ok(())
+    }
+
+    /// What the hand-read path makes of `bytes`: `None` where it leaves them.
+    fn by_flat(bytes: &[u8]) -> Option<String> {
+        let arena = Bump::new();
+        crate::otlp::json_flat::read(bytes, &arena).map(|t| format!("{t:?}"))
+    }
+
+    /// What the serde path alone makes of `bytes`.
+    fn by_serde_path(bytes: &[u8]) -> Option<String> {
+        let arena = Bump::new();
+        read_with_serde(bytes, &arena).ok().map(|t| format!("{t:?}"))
+    }
+
+    /// `t` without what the hand-read path leaves to serde: events,
+    /// links, and values other than strings, bools, ints and doubles.
+    fn plain(mut t: ProtoTraces) -> ProtoTraces {
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+        let scalar = |kv: &opentelemetry_proto::tonic::common::v1::KeyValue| {
+            kv.value.as_ref().is_none_or(|v| matches!(v.value, None | Some(V::StringValue(_) | V::BoolValue(_) | V::IntValue(_) | V::DoubleValue(_))))
+        };
+        for rs in &mut t.resource_spans {
+            if let Some(r) = &mut rs.resource {
+                r.attributes.retain(scalar);
+            }
+            for ss in &mut rs.scope_spans {
+                for span in &mut ss.spans {
+                    span.events.clear();
+                    span.links.clear();
+                    span.attributes.retain(scalar);
+                }
+            }
+        }
+        t
     }
 
     /// Sets `name` to `value` in the `target`th object of `tree`, depth
@@ -729,6 +775,63 @@ mod tests {
             set_in(&mut tree, at.index(objects), &mut 0, name, &value);
             agrees(&serde_json::to_vec(&tree).expect("json"))?;
         }
+
+        /// opentelemetry-proto's JSON of a message of the plain shape is
+        /// taken by the hand-read path, and read as the serde path reads
+        /// it; changed or cut, whatever it takes is read the same.
+        #[test]
+        fn the_plain_shape_is_read_by_hand_as_serde_reads_it(
+            t in traces(),
+            at in any::<prop::sample::Index>(),
+            name in prop::sample::select(NAMES),
+            value in replacement(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let bytes = serde_json::to_vec(&plain(t)).expect("json");
+            let flat = by_flat(&bytes);
+            prop_assert!(flat.is_some(), "the plain shape is taken: {}", String::from_utf8_lossy(&bytes));
+            prop_assert_eq!(flat, by_serde_path(&bytes));
+            agrees(&bytes[..cut.index(bytes.len())])?;
+            let mut tree: Json = serde_json::from_slice(&bytes).expect("json");
+            let mut objects = 0;
+            set_in(&mut tree, usize::MAX, &mut objects, name, &value);
+            set_in(&mut tree, at.index(objects.max(1)), &mut 0, name, &value);
+            agrees(&serde_json::to_vec(&tree).expect("json"))?;
+        }
+    }
+
+    /// The Collector's form of a vLLM span (defaults left out, ints and
+    /// times as strings, the kind a number) is read by hand, as serde and
+    /// opentelemetry-proto read it; numbers serde_json reads otherwise
+    /// (`-0`, out of range) are left to serde.
+    #[test]
+    fn the_collectors_form_is_read_by_hand_and_odd_numbers_are_left() {
+        let message = br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vllm"}}]},
+            "scopeSpans":[{"scope":{"name":"vllm.llm_engine","version":"0.6.3"},"spans":[{"traceId":"5b8efff798038103d269b633813fc60c",
+            "spanId":"eee19b7ec3c1b174","parentSpanId":"","name":"llm_request","kind":2,
+            "startTimeUnixNano":"1544712660000000000","endTimeUnixNano":"1544712661000000000",
+            "attributes":[{"key":"gen_ai.request.id","value":{"stringValue":"cmpl-42"}},
+              {"key":"gen_ai.usage.prompt_tokens","value":{"intValue":"812"}},
+              {"key":"gen_ai.latency.e2e","value":{"doubleValue":2.4}},
+              {"key":"gen_ai.latency.time_in_queue","value":{"doubleValue":0}},
+              {"key":"flag","value":{"boolValue":true}}],
+            "status":{}}]}]}]}"#;
+        let flat = by_flat(message).expect("taken by hand");
+        assert_eq!(Some(flat.clone()), by_serde_path(message));
+        assert_eq!(Some(flat.clone()), by_serde(message));
+        for part in ["Str(\"cmpl-42\")", "Int(812)", "Double(2.4)", "Double(0.0)", "Bool(true)", "end_time_unix_nano: 1544712661000000000"] {
+            assert!(flat.contains(part), "{part} in {flat}");
+        }
+        let attribute =
+            |value: &str| format!(r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"attributes":[{{"key":"k","value":{value}}}]}}]}}]}}]}}"#);
+        for value in [r#"{"doubleValue":-0}"#, r#"{"intValue":-0}"#, r#"{"doubleValue":1e400}"#, r#"{"intValue":9223372036854775808}"#] {
+            let message = attribute(value);
+            assert_eq!(by_flat(message.as_bytes()), None, "{message}");
+            assert_eq!(by_reader(message.as_bytes()), by_serde(message.as_bytes()), "{message}");
+        }
+        let taken = attribute(r#"{"doubleValue":-0.0}"#);
+        assert_eq!(by_flat(taken.as_bytes()), by_serde_path(taken.as_bytes()));
+        assert!(by_flat(taken.as_bytes()).is_some_and(|t| t.contains("Double(-0.0)")));
     }
 
     /// The forms opentelemetry-proto takes besides its own output: numbers

@@ -5,6 +5,7 @@
 
 pub mod decode;
 pub mod json;
+mod json_flat;
 pub mod map;
 #[cfg(test)]
 mod strategies;
