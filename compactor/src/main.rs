@@ -68,11 +68,6 @@ async fn reprice(config: &Config, from: &str, to: &str, dry_run: bool) -> Result
     Ok(0)
 }
 
-/// The wall clock (a test build may pin it: `test_hooks::NOW_ENV`).
-fn now_ms() -> i64 {
-    inferlog_store::test_hooks::now_ms()
-}
-
 async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
     for hook in [inferlog_compactor::day::PAUSE_ENV, inferlog_store::test_hooks::NOW_ENV] {
         inferlog_store::test_hooks::refuse_unless_built_in(hook).map_err(inferlog_compactor::CompactorError::Config)?;
@@ -93,18 +88,18 @@ async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
     let shutdown = inferlog_store::cli::shutdown_signal("stopping between days")
         .map_err(|e| inferlog_compactor::CompactorError::Config(format!("cannot install the SIGTERM / SIGINT handlers: {e}")))?;
     if let Some(day) = day {
-        if !compactor.is_closed(day, now_ms()) {
+        if !compactor.is_closed(day, inferlog_store::test_hooks::now_ms()) {
             return Err(inferlog_compactor::CompactorError::Config(format!(
                 "--day {}: the day is not closed yet (it must have ended more than compactor.lateness = {} ago)",
                 inferlog_store::day_string(day),
                 humantime_serde::re::humantime::format_duration(config.compactor.lateness)
             )));
         }
-        let report = compactor.pass(now_ms(), Some(vec![day]), true, &shutdown).await;
+        let report = compactor.pass(inferlog_store::test_hooks::now_ms(), Some(vec![day]), true, &shutdown).await;
         return Ok(report.exit_code());
     }
     if args.once {
-        let report = compactor.pass(now_ms(), None, false, &shutdown).await;
+        let report = compactor.pass(inferlog_store::test_hooks::now_ms(), None, false, &shutdown).await;
         return Ok(report.exit_code());
     }
     if !config.compactor.metrics_addr.is_empty() {
@@ -123,7 +118,7 @@ async fn run(args: Args) -> Result<i32, inferlog_compactor::CompactorError> {
     }
     let mut shutdown_wait = shutdown.clone();
     loop {
-        let report = compactor.pass(now_ms(), None, false, &shutdown).await;
+        let report = compactor.pass(inferlog_store::test_hooks::now_ms(), None, false, &shutdown).await;
         if report.interrupted || *shutdown.borrow() {
             return Ok(0);
         }

@@ -37,15 +37,15 @@ use super::view::{Attribute, Resource, Span, Traces, Value};
 /// The common shape is read by hand first ([`super::json_flat`]); anything
 /// else from the start here.
 pub fn read<'a>(payload: &'a [u8], arena: &'a Bump) -> Result<Traces<'a>, serde_json::Error> {
-    match super::json_flat::read(payload, arena) {
+    let text = std::str::from_utf8(payload).map_err(<serde_json::Error as de::Error>::custom)?;
+    match super::json_flat::read(text, arena) {
         Some(traces) => Ok(traces),
-        None => read_with_serde(payload, arena),
+        None => read_with_serde(text, arena),
     }
 }
 
 /// [`read`] without the hand-read shape: every message through serde.
-fn read_with_serde<'a>(payload: &'a [u8], arena: &'a Bump) -> Result<Traces<'a>, serde_json::Error> {
-    let text = std::str::from_utf8(payload).map_err(<serde_json::Error as de::Error>::custom)?;
+fn read_with_serde<'a>(text: &'a str, arena: &'a Bump) -> Result<Traces<'a>, serde_json::Error> {
     let view = RefCell::new(Traces::default());
     let mut de = serde_json::Deserializer::from_str(text);
     Read(TracesData(Fill { view: &view, arena })).deserialize(&mut de)?;
@@ -644,16 +644,33 @@ mod tests {
         Ok(())
     }
 
+    /// [`agrees`] on `bytes` cut at `cut`, and on `bytes` with `name` set
+    /// to `value` in the `at`th object.
+    fn agrees_cut_and_changed(
+        bytes: &[u8],
+        cut: prop::sample::Index,
+        at: prop::sample::Index,
+        name: &str,
+        value: &Json,
+    ) -> Result<(), TestCaseError> {
+        agrees(&bytes[..cut.index(bytes.len())])?;
+        let mut tree: Json = serde_json::from_slice(bytes).expect("json");
+        let mut objects = 0;
+        set_in(&mut tree, usize::MAX, &mut objects, name, value);
+        set_in(&mut tree, at.index(objects.max(1)), &mut 0, name, value);
+        agrees(&serde_json::to_vec(&tree).expect("json"))
+    }
+
     /// What the hand-read path makes of `bytes`: `None` where it leaves them.
     fn by_flat(bytes: &[u8]) -> Option<String> {
         let arena = Bump::new();
-        crate::otlp::json_flat::read(bytes, &arena).map(|t| format!("{t:?}"))
+        crate::otlp::json_flat::read(std::str::from_utf8(bytes).ok()?, &arena).map(|t| format!("{t:?}"))
     }
 
     /// What the serde path alone makes of `bytes`.
     fn by_serde_path(bytes: &[u8]) -> Option<String> {
         let arena = Bump::new();
-        read_with_serde(bytes, &arena).ok().map(|t| format!("{t:?}"))
+        read_with_serde(std::str::from_utf8(bytes).ok()?, &arena).ok().map(|t| format!("{t:?}"))
     }
 
     /// `t` without what the hand-read path leaves to serde: events,
@@ -768,12 +785,7 @@ mod tests {
             if !String::from_utf8_lossy(&bytes).contains("bytesValue") {
                 prop_assert_eq!(by_reader(&bytes), expected);
             }
-            agrees(&bytes[..cut.index(bytes.len())])?;
-            let mut tree: Json = serde_json::from_slice(&bytes).expect("json");
-            let mut objects = 0;
-            set_in(&mut tree, usize::MAX, &mut objects, name, &value);
-            set_in(&mut tree, at.index(objects), &mut 0, name, &value);
-            agrees(&serde_json::to_vec(&tree).expect("json"))?;
+            agrees_cut_and_changed(&bytes, cut, at, name, &value)?;
         }
 
         /// opentelemetry-proto's JSON of a message of the plain shape is
@@ -791,12 +803,7 @@ mod tests {
             let flat = by_flat(&bytes);
             prop_assert!(flat.is_some(), "the plain shape is taken: {}", String::from_utf8_lossy(&bytes));
             prop_assert_eq!(flat, by_serde_path(&bytes));
-            agrees(&bytes[..cut.index(bytes.len())])?;
-            let mut tree: Json = serde_json::from_slice(&bytes).expect("json");
-            let mut objects = 0;
-            set_in(&mut tree, usize::MAX, &mut objects, name, &value);
-            set_in(&mut tree, at.index(objects.max(1)), &mut 0, name, &value);
-            agrees(&serde_json::to_vec(&tree).expect("json"))?;
+            agrees_cut_and_changed(&bytes, cut, at, name, &value)?;
         }
     }
 

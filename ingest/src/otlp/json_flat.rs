@@ -15,13 +15,13 @@ use bumpalo::Bump;
 
 use super::view::{Attribute, Resource, Span, Traces, Value};
 
-/// Reads `payload` into the view, or `None` where [`super::json::read`]
-/// must judge it. Decoded ids go to `arena`.
-pub fn read<'a>(payload: &'a [u8], arena: &'a Bump) -> Option<Traces<'a>> {
-    let text = std::str::from_utf8(payload).ok()?;
+/// Reads `text` (the payload, checked to be UTF-8) into the view, or
+/// `None` where [`super::json::read`] must judge it. Decoded ids go to
+/// `arena`.
+pub fn read<'a>(text: &'a str, arena: &'a Bump) -> Option<Traces<'a>> {
     let mut r = Reader { text, at: 0, arena, traces: Traces::default() };
-    r.traces.spans.reserve(payload.len() / 1024);
-    r.traces.attributes.reserve(payload.len() / 48);
+    r.traces.spans.reserve(text.len() / 1024);
+    r.traces.attributes.reserve(text.len() / 48);
     let mut seen = 0u32;
     r.object(|r, key| match key {
         "resourceSpans" => once(&mut seen, 0).and_then(|()| r.array(Reader::resource_spans)),
@@ -182,14 +182,21 @@ impl<'a> Reader<'a> {
             let key = self.string()?;
             self.eat(b':')?;
             member(self, key)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.more(b'}')? {
+                return Some(());
             }
+        }
+    }
+
+    /// After a member or an element: `true` past a comma, `false` past
+    /// `close`, `None` at anything else.
+    #[inline]
+    fn more(&mut self, close: u8) -> Option<bool> {
+        let next = self.peek()?;
+        self.at += 1;
+        match next {
+            b',' => Some(true),
+            _ => (next == close).then_some(false),
         }
     }
 
@@ -201,14 +208,17 @@ impl<'a> Reader<'a> {
         }
         loop {
             element(self)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.more(b']')? {
+                return Some(());
             }
+        }
+    }
+
+    /// `null`, or what `read` reads.
+    fn nullable(&mut self, read: impl FnOnce(&mut Self) -> Option<()>) -> Option<()> {
+        match self.literal("null") {
+            Some(()) => Some(()),
+            None => read(self),
         }
     }
 
@@ -223,19 +233,17 @@ impl<'a> Reader<'a> {
         let mut attributes = Vec::new();
         let mut seen = 0;
         self.object(|r, key| match key {
-            "resource" => {
-                once(&mut seen, 0)?;
-                if r.literal("null").is_some() {
-                    return Some(());
-                }
+            "resource" => once(&mut seen, 0).and_then(|()| {
                 let mut seen = 0;
-                r.object(|r, key| match key {
-                    "attributes" => once(&mut seen, 0).and_then(|()| r.array(|r| r.key_value().map(|kv| attributes.push(kv)))),
-                    "droppedAttributesCount" => once(&mut seen, 1).and_then(|()| r.integer::<u32>().map(drop)),
-                    "entityRefs" => once(&mut seen, 2).and_then(|()| r.empty_array()),
-                    _ => None,
+                r.nullable(|r| {
+                    r.object(|r, key| match key {
+                        "attributes" => once(&mut seen, 0).and_then(|()| r.array(|r| r.key_value().map(|kv| attributes.push(kv)))),
+                        "droppedAttributesCount" => once(&mut seen, 1).and_then(|()| r.integer::<u32>().map(drop)),
+                        "entityRefs" => once(&mut seen, 2).and_then(|()| r.empty_array()),
+                        _ => None,
+                    })
                 })
-            }
+            }),
             "scopeSpans" => once(&mut seen, 1).and_then(|()| r.array(Reader::scope_spans)),
             "schemaUrl" => once(&mut seen, 2).and_then(|()| r.string().map(drop)),
             _ => None,
@@ -248,20 +256,18 @@ impl<'a> Reader<'a> {
     fn scope_spans(&mut self) -> Option<()> {
         let mut seen = 0;
         self.object(|r, key| match key {
-            "scope" => {
-                once(&mut seen, 0)?;
-                if r.literal("null").is_some() {
-                    return Some(());
-                }
+            "scope" => once(&mut seen, 0).and_then(|()| {
                 let mut seen = 0;
-                r.object(|r, key| match key {
-                    "name" => once(&mut seen, 0).and_then(|()| r.string().map(drop)),
-                    "version" => once(&mut seen, 1).and_then(|()| r.string().map(drop)),
-                    "attributes" => once(&mut seen, 2).and_then(|()| r.empty_array()),
-                    "droppedAttributesCount" => once(&mut seen, 3).and_then(|()| r.integer::<u32>().map(drop)),
-                    _ => None,
+                r.nullable(|r| {
+                    r.object(|r, key| match key {
+                        "name" => once(&mut seen, 0).and_then(|()| r.string().map(drop)),
+                        "version" => once(&mut seen, 1).and_then(|()| r.string().map(drop)),
+                        "attributes" => once(&mut seen, 2).and_then(|()| r.empty_array()),
+                        "droppedAttributesCount" => once(&mut seen, 3).and_then(|()| r.integer::<u32>().map(drop)),
+                        _ => None,
+                    })
                 })
-            }
+            }),
             "spans" => once(&mut seen, 1).and_then(|()| r.array(Reader::span)),
             "schemaUrl" => once(&mut seen, 2).and_then(|()| r.string().map(drop)),
             _ => None,
@@ -336,14 +342,13 @@ impl<'a> Reader<'a> {
 
     /// A `Status`'s code (0 for `null`).
     fn status(&mut self) -> Option<i32> {
-        if self.literal("null").is_some() {
-            return Some(0);
-        }
         let (mut code, mut seen) = (0, 0);
-        self.object(|r, key| match key {
-            "message" => once(&mut seen, 0).and_then(|()| r.string().map(drop)),
-            "code" => once(&mut seen, 1).and_then(|()| r.integer::<i32>().map(|c| code = c)),
-            _ => None,
+        self.nullable(|r| {
+            r.object(|r, key| match key {
+                "message" => once(&mut seen, 0).and_then(|()| r.string().map(drop)),
+                "code" => once(&mut seen, 1).and_then(|()| r.integer::<i32>().map(|c| code = c)),
+                _ => None,
+            })
         })?;
         Some(code)
     }
@@ -352,13 +357,7 @@ impl<'a> Reader<'a> {
         let (mut key, mut value, mut seen) = (None, None, 0);
         self.object(|r, name| match name {
             "key" => once(&mut seen, 0).and_then(|()| r.string().map(|k| key = Some(k))),
-            "value" => {
-                once(&mut seen, 1)?;
-                if r.literal("null").is_none() {
-                    value = Some(r.any_value()?);
-                }
-                Some(())
-            }
+            "value" => once(&mut seen, 1).and_then(|()| r.nullable(|r| r.any_value().map(|v| value = Some(v)))),
             "keyStrindex" => once(&mut seen, 2).and_then(|()| r.integer::<i32>().map(drop)),
             _ => None,
         })?;

@@ -97,13 +97,8 @@ enum Given<'a> {
 }
 
 impl<'a> MappedEvent<'a> {
-    /// Its fields, in name order.
-    fn iter(&self) -> impl Iterator<Item = (&str, &Given<'a>)> {
-        self.names.iter().zip(&self.slots).filter_map(|(name, given)| Some((name.as_str(), given.as_ref()?)))
-    }
-
     /// Its fields with how each is filed, in name order.
-    fn iter_direct(&self) -> impl Iterator<Item = (&str, Direct, &Given<'a>)> {
+    fn iter(&self) -> impl Iterator<Item = (&str, Direct, &Given<'a>)> {
         self.names.iter().zip(self.direct).zip(&self.slots).filter_map(|((name, direct), given)| Some((name.as_str(), *direct, given.as_ref()?)))
     }
 
@@ -112,7 +107,7 @@ impl<'a> MappedEvent<'a> {
     pub fn json(&self) -> Vec<u8> {
         let object: Map<String, serde_json::Value> = self
             .iter()
-            .filter_map(|(field, given)| {
+            .filter_map(|(field, _, given)| {
                 let value = match given {
                     Given::Attribute(v) => as_json(v)?,
                     Given::Text(t) => serde_json::Value::String(t.clone()),
@@ -137,7 +132,7 @@ impl<'a> MappedEvent<'a> {
         // An upper bound of the JSON's size: every character escaped as \uXXXX.
         let escaped = |text: &str| 6 * text.len() + 2;
         let mut bound = 2;
-        for (field, direct, given) in self.iter_direct() {
+        for (field, direct, given) in self.iter() {
             if direct == Direct::Prompt {
                 return false;
             }
